@@ -1,0 +1,77 @@
+// Options of the adaptive gear mechanism. Field names are the seed's
+// configuration keys, verbatim, so a config written for the reference
+// implementation reads the same here (see README "Config").
+#ifndef GEARBOX_OPTIONS_H_
+#define GEARBOX_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+
+namespace gearbox {
+
+struct AdaptiveOptions {
+  // --- window statistics ---
+  // Length of the statistics window, seconds.
+  double window_seconds = 300.0;
+  // Half-life of the event decay weight exp(-ln2 * age / half_life), seconds.
+  double half_life_seconds = 150.0;
+  // Time slots the window is kept in; the window edge is resolved to
+  // window_seconds / window_slots (10 s by default). Memory per gear grows
+  // with this, never with the request rate.
+  int window_slots = 30;
+
+  // --- scoring: score = weight_hit * H - weight_pad * P - weight_split * SP ---
+  double weight_hit = 0.60;
+  double weight_pad = 0.20;
+  double weight_split = 0.20;
+
+  // --- additions ---
+  // A gear whose weighted average pad ratio reaches this proposes a new gear
+  // at the median of its raw sizes.
+  double pad_add_threshold = 0.35;
+  // The largest gear whose weighted average split ratio reaches this
+  // proposes a new gear at the median of its raw sizes (usually a new max).
+  double split_add_threshold = 0.20;
+  // Padded (or split) samples a gear needs in the window before it may
+  // propose an addition.
+  int64_t add_min_samples = 5;
+  // Samples a gear needs in the window to count as in use. Gears below it
+  // are evicted before any gear at or above it (zero-use gears first of
+  // all), whatever their scores; 0 leaves only the zero-use tier.
+  int64_t min_samples_per_gear = 5;
+  // Gears per dimension: never evict below the minimum, never add above the
+  // maximum (at most kMaxGearsPerDimension).
+  int min_gear_count_per_type = 1;
+  int max_gears_per_type = 64;
+
+  // --- eviction ---
+  // A gear created, hit, or protected within this many seconds is not evicted.
+  double recent_use_protect_seconds = 300.0;
+  // A gear whose samples would lose more than this (mean pad or split ratio
+  // on the gear they would move to) is kept and its protection extended.
+  double replace_loss_threshold = 0.60;
+  // Hysteresis: a gear is evicted only if the gear receiving its samples
+  // would then stay at least this far below pad_add_threshold, so the
+  // addition rule cannot undo the eviction on unchanged evidence.
+  double hysteresis_margin = 0.05;
+
+  // --- memory and schedule ---
+  // Fraction of device memory in use at which an update runs at once and
+  // additions are limited to the number of evictions. nullopt disables
+  // memory-pressure handling.
+  std::optional<double> device_memory_usage_threshold_ratio = 0.90;
+  // The worker wakes this often, seconds.
+  double check_interval_seconds = 60.0;
+  // ...and runs an update when this many seconds have passed since the last
+  // one (or memory usage is at or above the threshold).
+  double update_interval_seconds = 300.0;
+};
+
+// OK, or InvalidArgument naming the field, its value and what is allowed.
+absl::Status ValidateAdaptiveOptions(const AdaptiveOptions& options);
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_OPTIONS_H_

@@ -1,0 +1,125 @@
+// Plans: how one request runs on the current gears. A plan is a value (no
+// hidden per-request state anywhere else): it says, per dimension, which
+// chunks run on which gear, and everything recover needs to undo it.
+#ifndef GEARBOX_PLAN_H_
+#define GEARBOX_PLAN_H_
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "gearbox/gear_set.h"
+
+namespace gearbox {
+
+// `count` identical chunks along one dimension.
+struct ChunkGroup {
+  int64_t gear = 0;    // compiled size of each chunk (the exact size when eager)
+  int64_t extent = 0;  // valid (unpadded) size of each chunk; gear - extent is padding
+  int64_t count = 0;   // how many such chunks
+  int64_t offset = 0;  // where the first of them starts in the request
+  // What the statistics record for each of these chunks. A full chunk of a
+  // split records the whole request size against the largest gear (so the
+  // split-driven rule proposes the median oversize request); a remainder or
+  // a padded request records its own size against its own gear; an eager
+  // request records its size against the largest gear as overflow.
+  int64_t event_raw = 0;
+  int64_t event_gear = 0;
+};
+
+// How one dimension of a request is handled.
+struct DimensionPlan {
+  int64_t raw = 0;       // the request's size along this dimension
+  int64_t max_gear = 0;  // the snapshot's largest gear for it
+  bool split = false;    // raw > max_gear on a splittable dimension
+  bool eager = false;    // raw > max_gear on a dimension with eager fallback
+  int num_groups = 0;    // 1, or 2 when a split leaves a remainder
+  ChunkGroup groups[2];
+
+  int64_t num_chunks() const;
+};
+
+// One executed shape: a chunk in every dimension.
+struct Variant {
+  int num_dimensions = 0;
+  bool eager = false;                 // some dimension runs uncompiled at its exact size
+  int64_t gear[kMaxDimensions] = {};  // compiled size per dimension
+  int64_t extent[kMaxDimensions] = {};
+  int64_t offset[kMaxDimensions] = {};
+};
+
+// Identical variants, as one group index per dimension and how many they are.
+struct VariantGroup {
+  int group[kMaxDimensions] = {};
+  int64_t count = 0;
+};
+
+class Plan {
+ public:
+  uint64_t snapshot_version() const { return snapshot_version_; }
+  int num_dimensions() const { return num_dimensions_; }
+  const DimensionPlan& dimension(int d) const { return dimensions_[d]; }
+
+  // Executed variants: the product over dimensions of their chunk counts.
+  int64_t num_variants() const;
+  bool any_split() const;
+  bool any_eager() const;
+
+  // Groups of identical variants (at most 2^num_dimensions), for recording
+  // one event per executed variant without visiting each chunk.
+  int num_variant_groups() const;
+  VariantGroup variant_group(int index) const;
+
+  // Visits every executed variant, the last dimension varying fastest.
+  template <typename Visitor>
+  void ForEachVariant(Visitor&& visit) const;
+
+  // Elements computed (product of gears, summed over variants) and elements
+  // requested (product of raw sizes): padded / raw - 1 is this request's waste.
+  double padded_volume() const;
+  double raw_volume() const;
+
+ private:
+  friend absl::StatusOr<Plan> MakePlan(const GearSet&, std::span<const int64_t>);
+  uint64_t snapshot_version_ = 0;
+  int num_dimensions_ = 0;
+  DimensionPlan dimensions_[kMaxDimensions];
+};
+
+// Plans a request with `raw[d]` along dimension d of `gears`. Pure, no
+// allocation on success. Errors: wrong number of sizes, a size < 1, a size
+// above the largest gear of a dimension that neither splits nor falls back.
+absl::StatusOr<Plan> MakePlan(const GearSet& gears, std::span<const int64_t> raw);
+
+template <typename Visitor>
+void Plan::ForEachVariant(Visitor&& visit) const {
+  const int n = num_dimensions_;
+  // Odometer over (group, chunk-within-group) per dimension.
+  int group[kMaxDimensions] = {};
+  int64_t chunk[kMaxDimensions] = {};
+  Variant v;
+  v.num_dimensions = n;
+  v.eager = any_eager();
+  while (true) {
+    for (int d = 0; d < n; ++d) {
+      const ChunkGroup& g = dimensions_[d].groups[group[d]];
+      v.gear[d] = g.gear;
+      v.extent[d] = g.extent;
+      v.offset[d] = g.offset + chunk[d] * g.extent;
+    }
+    visit(static_cast<const Variant&>(v));
+    int d = n - 1;
+    for (; d >= 0; --d) {
+      const DimensionPlan& dp = dimensions_[d];
+      if (++chunk[d] < dp.groups[group[d]].count) break;
+      chunk[d] = 0;
+      if (++group[d] < dp.num_groups) break;
+      group[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_PLAN_H_

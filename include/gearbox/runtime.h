@@ -1,0 +1,161 @@
+// AdaptiveGearRuntime: the adaptive gear mechanism of the seed, whole.
+//
+// Request path (any thread; never blocks on the update path):
+//   SnapshotRef snap = runtime.GetSnapshot();          // lock-free, no allocation
+//   absl::StatusOr<Plan> plan = MakePlan(*snap, {batch, seq});
+//   ... run each variant of the plan (compile on miss: Register in the pool,
+//       ConsumeRecentKeys, AttachCleanupKeys) ...
+//   runtime.RecordPlan(*plan, now);                     // one event per executed variant
+//
+// Update path: RunOnce(now) builds the window statistics, runs the policy
+// (DecideUpdate), publishes the next snapshot, and hands the evicted gears'
+// cleanup keys to the pool outside every lock. The GearUpdateWorker thread
+// calls it on the seed's schedule; tests and replays call it directly.
+//
+// Thread-safety: all methods are safe to call concurrently. RunOnce and
+// CommitUpdate serialize with each other (commit lock). The runtime must
+// outlive every SnapshotRef it handed out.
+#ifndef GEARBOX_RUNTIME_H_
+#define GEARBOX_RUNTIME_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gearbox/clock.h"
+#include "gearbox/gear_set.h"
+#include "gearbox/log.h"
+#include "gearbox/memory_probe.h"
+#include "gearbox/options.h"
+#include "gearbox/plan.h"
+#include "gearbox/resource_pool.h"
+#include "gearbox/snapshot.h"
+#include "gearbox/stats.h"
+#include "gearbox/update_record.h"
+
+namespace gearbox {
+
+class GearUpdateWorker;
+
+struct RuntimeOptions {
+  AdaptiveOptions adaptive;
+  // Time source; null means SystemClock::Default(). Not owned.
+  Clock* clock = nullptr;
+  // Memory usage source; null disables memory-pressure handling. Not owned.
+  MemoryProbe* memory_probe = nullptr;
+  // Pool the cleanup keys belong to; null means GraphResourcePool::GetPool(device_index).
+  GraphResourcePool* pool = nullptr;
+  int device_index = 0;
+  // Start the GearUpdateWorker thread at creation (the seed's daemon).
+  // Off: call RunOnce yourself (tests, replays).
+  bool start_worker = true;
+  // Called after each update with its record, on the updating thread. An
+  // exception from it propagates out of RunOnce (the worker logs it).
+  std::function<void(const UpdateRecord&)> on_update;
+  // Where warnings go; null means stderr.
+  LogSink log;
+  // Events per recording buffer; a full buffer is folded into the window
+  // statistics by the worker (or by the recording thread without a worker).
+  size_t event_buffer_events = 1024;
+};
+
+// An event as the seed's record_event takes it: per dimension the raw size
+// and the gear that served it. pad ratio = (gear - raw) / gear when raw <=
+// gear, split ratio = (raw - gear) / raw when raw > gear.
+struct GearEvent {
+  double time = 0.0;
+  int64_t count = 1;  // identical executed variants this event stands for
+  std::vector<int64_t> raw;
+  std::vector<int64_t> gear;
+};
+
+struct RuntimeCounters {
+  uint64_t events_recorded = 0;  // events accepted on the request path
+  uint64_t events_folded = 0;    // ... of which folded into window statistics
+  uint64_t events_for_evicted_gears = 0;  // ... dropped: their gear was evicted first
+  uint64_t events_too_late = 0;  // ... dropped: older than the window ring
+  uint64_t events_pending = 0;   // recorded but not folded yet (derived)
+  uint64_t updates = 0;          // RunOnce calls that completed
+  uint64_t updates_changed = 0;  // ... that changed the gear set
+  uint64_t keys_released = 0;    // cleanup keys handed to the pool
+  uint64_t orphan_keys_released = 0;  // keys attached to a gear already evicted
+  uint64_t stats_memory_bytes = 0;    // window statistics, all gears
+};
+
+class AdaptiveGearRuntime {
+ public:
+  static absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> Create(
+      std::vector<DimensionSpec> dimensions, RuntimeOptions options);
+  ~AdaptiveGearRuntime();  // stops the worker; waits for it
+  AdaptiveGearRuntime(const AdaptiveGearRuntime&) = delete;
+  AdaptiveGearRuntime& operator=(const AdaptiveGearRuntime&) = delete;
+
+  // ---- request path ----
+  SnapshotRef GetSnapshot() const noexcept;
+  // Records one event per executed variant of `plan` (planned on any
+  // snapshot of this runtime). Cheap: appends to this thread's shard.
+  void RecordPlan(const Plan& plan, double now) noexcept;
+  void RecordPlan(const Plan& plan) noexcept { RecordPlan(plan, Now()); }
+  // The seed's record_event, with optional cleanup keys for the gears the
+  // event hit. Errors name the bad field (sizes, gears, count).
+  absl::Status RecordEvent(const GearEvent& event, std::span<const GraphKey> cleanup_keys = {});
+  // Attaches the keys a variant's compile produced to every gear it hit
+  // (`gears`: the variant's gear per dimension, as ChunkGroup::event_gear).
+  // If one of those gears was evicted meanwhile, the keys are released at
+  // once instead (returns false): the variant can never run again.
+  bool AttachCleanupKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys);
+  double Now() const { return clock_->NowSeconds(); }
+
+  // ---- update path ----
+  // What the worker's check would do at `now`: nullopt, kInterval or kMemory.
+  std::optional<UpdateTrigger> CheckTrigger(double now);
+  // One update at `now` (the seed's run_once). Always returns a record.
+  absl::StatusOr<UpdateRecord> RunOnce(double now,
+                                       UpdateTrigger trigger = UpdateTrigger::kManual);
+  // Window statistics at `now` (folds pending events first).
+  WindowStats BuildStatsSnapshot(double now);
+  // Replaces the gear lists (one per dimension) at `now`, as an operator
+  // would; evicted gears' keys go to the pool. Validated first: nothing
+  // changes on error.
+  absl::StatusOr<UpdateRecord> CommitUpdate(const std::vector<std::vector<int64_t>>& gears,
+                                            double now);
+  // Folds events waiting in full buffers (the worker calls it when woken).
+  void FoldPendingEvents();
+
+  // ---- worker ----
+  GearUpdateWorker* worker() const { return worker_.get(); }
+  // Starts (or restarts after StopWorker) the worker thread.
+  absl::Status StartWorker();
+  void StopWorker();
+
+  // ---- introspection ----
+  const AdaptiveOptions& options() const { return options_.adaptive; }
+  int num_dimensions() const { return num_dimensions_; }
+  GraphResourcePool& pool() const { return *pool_; }
+  Clock& clock() const { return *clock_; }
+  RuntimeCounters counters() const;
+  std::optional<UpdateRecord> last_update() const;
+  // Reads the memory probe as the update path does.
+  MemoryState ReadMemory();
+  // Sends a message to the configured log sink.
+  void Log(LogLevel level, std::string_view message) const;
+
+ private:
+  class Impl;
+  AdaptiveGearRuntime(RuntimeOptions options, GearSet initial);
+
+  RuntimeOptions options_;
+  const int num_dimensions_;
+  Clock* const clock_;
+  GraphResourcePool* const pool_;
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<GearUpdateWorker> worker_;
+};
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_RUNTIME_H_

@@ -1,0 +1,109 @@
+// Window statistics: what the update path knows about recent traffic.
+//
+// Per gear and per dimension (dimensions are independent, seed §4): decayed
+// hit weight, weighted average pad and split ratios, sample counts and the
+// raw sizes the gear served. Events are weighted exp(-lambda * age) with
+// lambda = ln 2 / half_life_seconds.
+#ifndef GEARBOX_STATS_H_
+#define GEARBOX_STATS_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gearbox {
+
+// Counts of raw sizes in log-linear bins, so memory does not grow with the
+// request rate. Sizes below 256 have a bin each (exact); above, a bin is
+// 1/128 of an octave wide and stands for its midpoint, so a value read back
+// (a median, a replacement loss) is within 1/256 (0.39%) of the true size.
+class RawSampleHistogram {
+ public:
+  static constexpr int64_t kExactBelow = 256;
+  static constexpr int kSubBinsPerOctave = 128;
+
+  static int64_t BinOf(int64_t value);     // value >= 1
+  static int64_t BinLow(int64_t bin);      // smallest value in the bin
+  static int64_t BinWidth(int64_t bin);
+  static int64_t BinValue(int64_t bin);    // representative: the midpoint, rounded down
+
+  void Add(int64_t value, uint64_t count = 1);
+  void Merge(const RawSampleHistogram& other);
+  void Clear();
+
+  uint64_t total() const { return total_; }
+  bool empty() const { return total_ == 0; }
+  // The median as Python's int(statistics.median(samples)) computes it: the
+  // middle sample, or the mean of the two middle ones rounded down. 0 if empty.
+  int64_t Median() const;
+  // Samples whose bin's representative value is <= `value`.
+  uint64_t CountAtMost(int64_t value) const;
+  // Non-empty bins as (representative value, count), ascending.
+  std::vector<std::pair<int64_t, uint64_t>> Bins() const;
+  // Heap bytes held (for the memory bound in tests and docs).
+  size_t MemoryBytes() const { return counts_.capacity() * sizeof(uint64_t); }
+
+  template <typename Visitor>  // visit(value, count) for non-empty bins, ascending
+  void ForEachBin(Visitor&& visit) const {
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      if (counts_[i] != 0) visit(BinValue(first_bin_ + static_cast<int64_t>(i)), counts_[i]);
+    }
+  }
+
+ private:
+  void Cover(int64_t bin);
+  // Value of the k-th smallest sample (0-based), k < total_.
+  int64_t KthValue(uint64_t k) const;
+
+  int64_t first_bin_ = 0;
+  std::vector<uint64_t> counts_;  // dense over [first_bin_, first_bin_ + size)
+  uint64_t total_ = 0;
+};
+
+// One gear's statistics over the window at a given time.
+struct GearStats {
+  int64_t gear = 0;
+  double weighted_hits = 0.0;  // sum of decay weights (times variant counts)
+  double hit_rate = 0.0;       // weighted_hits / the dimension's total
+  double avg_pad_ratio = 0.0;  // weighted mean of (gear - raw) / gear
+  double avg_split_ratio = 0.0;  // weighted mean of (raw - gear) / raw
+  uint64_t sample_count = 0;
+  uint64_t pad_sample_count = 0;    // samples with pad ratio > 0
+  uint64_t split_sample_count = 0;  // samples with split ratio > 0
+  // Samples with raw <= gear (padded or exact): their decay weight and
+  // weighted raw sum, to evaluate exactly where they would go if the gear went.
+  double unsplit_weight = 0.0;
+  double unsplit_raw_weighted = 0.0;
+  uint64_t unsplit_sample_count = 0;
+  RawSampleHistogram raw_samples;  // unweighted, within the window
+  double created_ts = 0.0;
+  double last_hit_ts = 0.0;  // also moved forward when protection is extended
+};
+
+struct DimensionStats {
+  std::string name;
+  double total_weighted_hits = 0.0;
+  std::vector<GearStats> gears;  // one per active gear, ascending by gear
+};
+
+struct WindowStats {
+  double now = 0.0;
+  std::vector<DimensionStats> dimensions;  // in gear-set order
+};
+
+// Builds one gear's statistics from explicit samples (raw size, event time),
+// exactly as the runtime would; for tests and tools that hand-make inputs.
+struct RawEvent {
+  int64_t raw = 0;
+  double time = 0.0;
+  uint64_t count = 1;
+};
+GearStats MakeGearStats(int64_t gear, const std::vector<RawEvent>& events, double now,
+                        double half_life_seconds, double created_ts = 0.0);
+// Fills hit_rate and total_weighted_hits of a dimension from its gears.
+void FinalizeDimensionStats(DimensionStats* dimension);
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_STATS_H_

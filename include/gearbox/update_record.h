@@ -1,0 +1,114 @@
+// The explanation of one update: every gear's numbers and the filter that
+// decided its fate, every proposed addition with its trigger and outcome,
+// the memory state and the addition budget. The runtime returns it from
+// RunOnce; the tools print it as one JSON line (UpdateRecordToJson).
+#ifndef GEARBOX_UPDATE_RECORD_H_
+#define GEARBOX_UPDATE_RECORD_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gearbox {
+
+enum class UpdateTrigger {
+  kManual,    // RunOnce called directly (tests, tools, operators)
+  kInterval,  // update_interval_seconds passed since the last update
+  kMemory,    // memory usage at or above the threshold
+};
+std::string_view TriggerName(UpdateTrigger trigger);
+
+// What the probe said this update.
+struct MemoryState {
+  std::optional<double> usage;      // fraction in use, when the probe answered sensibly
+  std::optional<double> threshold;  // device_memory_usage_threshold_ratio
+  bool high = false;                // usage >= threshold
+  std::string error;                // why `usage` is missing, when it is
+};
+
+// The eviction filters in the order they run; a gear's verdict is the first
+// one that stopped it (or kEvicted).
+enum class GearVerdict {
+  kMaxGear,      // the largest gear is never evicted
+  kProtected,    // created, hit or protected within recent_use_protect_seconds
+  kMinCount,     // its dimension is at min_gear_count_per_type
+  kCandidate,    // passed the filters; another gear ranked lower this round
+  kReplaceLoss,  // examined; its samples would lose > replace_loss_threshold: kept, protected
+  kWouldReadd,   // examined; the addition rule would undo it (hysteresis): kept, protected
+  kEvicted,
+};
+std::string_view VerdictName(GearVerdict verdict);
+
+struct GearRecord {
+  std::string dimension;
+  int64_t gear = 0;
+  double weighted_hits = 0.0;
+  double hit_rate = 0.0;
+  double avg_pad_ratio = 0.0;
+  double avg_split_ratio = 0.0;
+  double score = 0.0;
+  uint64_t samples = 0;
+  uint64_t pad_samples = 0;
+  uint64_t split_samples = 0;
+  int64_t median_raw = 0;
+  // Eviction order tier: 0 unused in the window, 1 fewer samples than
+  // min_samples_per_gear, 2 in use. Lower tiers go first.
+  int tier = 0;
+  GearVerdict verdict = GearVerdict::kCandidate;
+  // Set when the gear was examined for eviction:
+  bool examined = false;
+  double replace_loss = 0.0;
+  int64_t replacement_gear = 0;    // where its samples would go
+  double readd_pad_ratio = 0.0;    // the receiving gear's pad ratio after the move
+  int64_t readd_candidate = 0;     // what the addition rule would then propose (0: none)
+};
+
+enum class AdditionOutcome {
+  kAdded,
+  kDuplicate,     // already a gear (or proposed twice)
+  kJustEvicted,   // evicted in this same update
+  kThin,          // it would serve too few of the window's samples to be
+                  // confidently in use (see docs/POLICY.md, hysteresis)
+  kCap,           // the dimension is at max_gears_per_type
+  kBudget,        // memory pressure: no budget left
+};
+std::string_view OutcomeName(AdditionOutcome outcome);
+
+struct AdditionRecord {
+  std::string dimension;
+  int64_t gear = 0;          // the proposed gear: median of the source's raw sizes
+  std::string trigger;       // "pad" or "split"
+  int64_t source_gear = 0;   // the gear whose statistics proposed it
+  double ratio = 0.0;        // the source's avg pad (or split) ratio
+  double pressure = 0.0;     // ratio - threshold; higher goes first
+  uint64_t samples = 0;      // the source's sample count
+  uint64_t share = 0;        // of those, how many the new gear would serve
+  AdditionOutcome outcome = AdditionOutcome::kAdded;
+};
+
+struct UpdateRecord {
+  uint64_t sequence = 0;  // 1 for the runtime's first update
+  double time = 0.0;
+  UpdateTrigger trigger = UpdateTrigger::kManual;
+  MemoryState memory;
+  std::optional<int64_t> addition_budget;  // nullopt: unlimited
+  std::vector<std::string> dimensions;     // names, in gear-set order
+  std::vector<GearRecord> gears;           // every active gear before the update
+  std::vector<AdditionRecord> additions;   // every proposal, in pressure order
+  std::vector<std::vector<int64_t>> removed;     // per dimension
+  std::vector<std::vector<int64_t>> added;       // per dimension
+  std::vector<std::vector<int64_t>> gears_after; // per dimension
+  uint64_t version_before = 0;
+  uint64_t version_after = 0;
+  uint64_t cleanup_keys = 0;  // graph resources handed to remove_by_keys
+  bool changed = false;
+};
+
+// One line of JSON (no newline), the decisions-file format (README).
+std::string UpdateRecordToJson(const UpdateRecord& record);
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_UPDATE_RECORD_H_

@@ -1,0 +1,119 @@
+#include "gearbox/plan.h"
+
+#include <algorithm>
+
+#include "src/common/errors.h"
+
+namespace gearbox {
+
+int64_t DimensionPlan::num_chunks() const {
+  int64_t chunks = 0;
+  for (int i = 0; i < num_groups; ++i) chunks += groups[i].count;
+  return chunks;
+}
+
+int64_t Plan::num_variants() const {
+  int64_t variants = 1;
+  for (int d = 0; d < num_dimensions_; ++d) variants *= dimensions_[d].num_chunks();
+  return variants;
+}
+
+bool Plan::any_split() const {
+  return std::any_of(dimensions_, dimensions_ + num_dimensions_,
+                     [](const DimensionPlan& d) { return d.split; });
+}
+
+bool Plan::any_eager() const {
+  return std::any_of(dimensions_, dimensions_ + num_dimensions_,
+                     [](const DimensionPlan& d) { return d.eager; });
+}
+
+int Plan::num_variant_groups() const {
+  int groups = 1;
+  for (int d = 0; d < num_dimensions_; ++d) groups *= dimensions_[d].num_groups;
+  return groups;
+}
+
+VariantGroup Plan::variant_group(int index) const {
+  VariantGroup vg;
+  vg.count = 1;
+  // Mixed-radix decomposition, last dimension fastest (as ForEachVariant).
+  for (int d = num_dimensions_ - 1; d >= 0; --d) {
+    const int radix = dimensions_[d].num_groups;
+    vg.group[d] = index % radix;
+    index /= radix;
+    vg.count *= dimensions_[d].groups[vg.group[d]].count;
+  }
+  return vg;
+}
+
+double Plan::padded_volume() const {
+  double total = 0.0;
+  for (int i = 0, n = num_variant_groups(); i < n; ++i) {
+    const VariantGroup vg = variant_group(i);
+    double volume = static_cast<double>(vg.count);
+    for (int d = 0; d < num_dimensions_; ++d) {
+      volume *= static_cast<double>(dimensions_[d].groups[vg.group[d]].gear);
+    }
+    total += volume;
+  }
+  return total;
+}
+
+double Plan::raw_volume() const {
+  double volume = 1.0;
+  for (int d = 0; d < num_dimensions_; ++d) volume *= static_cast<double>(dimensions_[d].raw);
+  return volume;
+}
+
+absl::StatusOr<Plan> MakePlan(const GearSet& gears, std::span<const int64_t> raw) {
+  const int n = gears.num_dimensions();
+  if (static_cast<int>(raw.size()) != n) {
+    return internal::InvalidField("dims", internal::Cat(raw.size(), " sizes"),
+                                  internal::Cat("one size per dimension (", n, ")"));
+  }
+  Plan plan;
+  plan.snapshot_version_ = gears.version();
+  plan.num_dimensions_ = n;
+  for (int d = 0; d < n; ++d) {
+    const int64_t size = raw[d];
+    const DimensionSpec& spec = gears.dimension(d);
+    if (size < 1) {
+      return internal::InvalidFieldValue(spec.name, size, "request sizes must be >= 1");
+    }
+    DimensionPlan& dp = plan.dimensions_[d];
+    dp.raw = size;
+    dp.max_gear = spec.gears.back();
+    const int64_t gear = gears.MapToGear(d, size);
+    if (gear > 0) {
+      dp.num_groups = 1;
+      dp.groups[0] = {gear, size, 1, 0, size, gear};
+      continue;
+    }
+    const int64_t max = dp.max_gear;
+    if (spec.splittable) {
+      dp.split = true;
+      const int64_t full = size / max;
+      const int64_t rest = size % max;
+      dp.groups[0] = {max, max, full, 0, size, max};
+      dp.num_groups = 1;
+      if (rest > 0) {
+        const int64_t rest_gear = gears.MapToGear(d, rest);
+        dp.groups[1] = {rest_gear, rest, 1, full * max, rest, rest_gear};
+        dp.num_groups = 2;
+      }
+    } else if (spec.eager_fallback) {
+      dp.eager = true;
+      dp.num_groups = 1;
+      dp.groups[0] = {size, size, 1, 0, size, max};
+    } else {
+      return internal::InvalidFieldValue(
+          spec.name, size,
+          internal::Cat("the largest gear is ", max,
+                       " and this dimension neither splits nor has eager_fallback"));
+    }
+  }
+  return plan;
+}
+
+}  // namespace gearbox

@@ -1,0 +1,104 @@
+#include <cmath>
+
+#include "gearbox/update_record.h"
+#include "nlohmann/json.hpp"
+
+namespace gearbox {
+namespace {
+
+using nlohmann::ordered_json;
+
+// Six significant decimals keep the lines short and stable across runs.
+double Round6(double v) {
+  if (!std::isfinite(v)) return v;  // written as null
+  return std::round(v * 1e6) / 1e6;
+}
+
+ordered_json PerDimension(const std::vector<std::string>& names,
+                          const std::vector<std::vector<int64_t>>& lists, bool skip_empty) {
+  ordered_json out = ordered_json::object();
+  for (size_t d = 0; d < names.size() && d < lists.size(); ++d) {
+    if (skip_empty && lists[d].empty()) continue;
+    out[names[d]] = lists[d];
+  }
+  return out;
+}
+
+ordered_json GearsWithVerdict(const UpdateRecord& r, GearVerdict verdict) {
+  ordered_json out = ordered_json::object();
+  for (const GearRecord& g : r.gears) {
+    if (g.verdict != verdict) continue;
+    if (!out.contains(g.dimension)) out[g.dimension] = ordered_json::array();
+    out[g.dimension].push_back(g.gear);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string UpdateRecordToJson(const UpdateRecord& r) {
+  ordered_json j;
+  j["sequence"] = r.sequence;
+  j["time"] = Round6(r.time);
+  j["trigger"] = TriggerName(r.trigger);
+  j["changed"] = r.changed;
+  j["version"] = r.version_after;
+  ordered_json mem;
+  mem["usage"] = r.memory.usage ? ordered_json(Round6(*r.memory.usage)) : ordered_json(nullptr);
+  mem["threshold"] =
+      r.memory.threshold ? ordered_json(Round6(*r.memory.threshold)) : ordered_json(nullptr);
+  mem["high"] = r.memory.high;
+  if (!r.memory.error.empty()) mem["error"] = r.memory.error;
+  j["memory"] = mem;
+  j["addition_budget"] =
+      r.addition_budget ? ordered_json(*r.addition_budget) : ordered_json(nullptr);
+  j["removed"] = PerDimension(r.dimensions, r.removed, true);
+  j["added"] = PerDimension(r.dimensions, r.added, true);
+  j["kept_by_replace_loss"] = GearsWithVerdict(r, GearVerdict::kReplaceLoss);
+  j["kept_by_hysteresis"] = GearsWithVerdict(r, GearVerdict::kWouldReadd);
+  j["gears"] = PerDimension(r.dimensions, r.gears_after, false);
+  j["cleanup_keys"] = r.cleanup_keys;
+  ordered_json gears = ordered_json::array();
+  for (const GearRecord& g : r.gears) {
+    ordered_json e;
+    e["dim"] = g.dimension;
+    e["gear"] = g.gear;
+    e["hits"] = Round6(g.weighted_hits);
+    e["hit_rate"] = Round6(g.hit_rate);
+    e["pad"] = Round6(g.avg_pad_ratio);
+    e["split"] = Round6(g.avg_split_ratio);
+    e["score"] = Round6(g.score);
+    e["samples"] = g.samples;
+    e["pad_samples"] = g.pad_samples;
+    e["split_samples"] = g.split_samples;
+    e["median"] = g.median_raw;
+    e["tier"] = g.tier;
+    e["verdict"] = VerdictName(g.verdict);
+    if (g.examined) {
+      e["replace_loss"] = Round6(g.replace_loss);
+      e["replacement"] = g.replacement_gear;
+      e["readd_pad"] = Round6(g.readd_pad_ratio);
+      if (g.readd_candidate != 0) e["readd_candidate"] = g.readd_candidate;
+    }
+    gears.push_back(std::move(e));
+  }
+  j["gear_stats"] = std::move(gears);
+  ordered_json additions = ordered_json::array();
+  for (const AdditionRecord& a : r.additions) {
+    ordered_json e;
+    e["dim"] = a.dimension;
+    e["gear"] = a.gear;
+    e["trigger"] = a.trigger;
+    e["source"] = a.source_gear;
+    e["ratio"] = Round6(a.ratio);
+    e["pressure"] = Round6(a.pressure);
+    e["samples"] = a.samples;
+    e["share"] = a.share;
+    e["outcome"] = OutcomeName(a.outcome);
+    additions.push_back(std::move(e));
+  }
+  j["additions"] = std::move(additions);
+  return j.dump();
+}
+
+}  // namespace gearbox

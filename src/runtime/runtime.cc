@@ -1,0 +1,391 @@
+#include "gearbox/runtime.h"
+
+#include <atomic>
+#include <cmath>
+#include <exception>
+
+#include "gearbox/policy.h"
+#include "gearbox/update_worker.h"
+#include "src/common/errors.h"
+#include "src/runtime/snapshot_store.h"
+#include "src/stats/event_log.h"
+#include "src/stats/window_store.h"
+
+namespace gearbox {
+namespace {
+
+// Full buffers allowed to wait for the worker before a recording thread
+// folds them itself (bounds memory when the worker falls behind).
+constexpr size_t kMaxWaitingBuffers = 64;
+
+}  // namespace
+
+// Shared state of the runtime.
+//
+// Who touches what:
+//  - snapshots: read by any thread (lock-free); published under commit_mu.
+//  - events: appended by request threads (per-shard locks); drained under stats_mu.
+//  - window, fold counters: under stats_mu (request threads only to fold
+//    when no worker runs, or when the worker is far behind).
+//  - sequence, last_update_time: under commit_mu (RunOnce, CommitUpdate, CheckTrigger).
+//  - last_record: under record_mu (leaf lock).
+// Lock order: commit_mu -> stats_mu -> event shard -> event handoff; record_mu is a leaf.
+class AdaptiveGearRuntime::Impl {
+ public:
+  Impl(const GearSet& initial, const RuntimeOptions& options, double now)
+      : snapshots(initial),
+        events(initial.num_dimensions(), options.event_buffer_events),
+        last_update_time(now),
+        window(initial, options.adaptive, now) {}
+
+  internal::SnapshotStore snapshots;
+  internal::EventLog events;
+
+  Mutex commit_mu;
+  uint64_t sequence ABSL_GUARDED_BY(commit_mu) = 0;
+  double last_update_time ABSL_GUARDED_BY(commit_mu);
+
+  mutable Mutex stats_mu;
+  internal::WindowStore window ABSL_GUARDED_BY(stats_mu);
+
+  mutable Mutex record_mu;
+  std::optional<UpdateRecord> last_record ABSL_GUARDED_BY(record_mu);
+
+  // Statistics only (relaxed): written by the update path and AttachCleanupKeys.
+  std::atomic<uint64_t> updates{0};
+  std::atomic<uint64_t> updates_changed{0};
+  std::atomic<uint64_t> keys_released{0};
+  std::atomic<uint64_t> orphan_keys_released{0};
+  // Whether a worker thread drains full buffers (release/acquire with Start/Stop).
+  std::atomic<bool> worker_drains{false};
+
+  void FoldAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu) {
+    events.Drain([this](const internal::EventBuffer& b)
+                     ABSL_NO_THREAD_SAFETY_ANALYSIS { window.Fold(b); },
+                 /*only_full=*/false);
+  }
+  void FoldFullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu) {
+    events.Drain([this](const internal::EventBuffer& b)
+                     ABSL_NO_THREAD_SAFETY_ANALYSIS { window.Fold(b); },
+                 /*only_full=*/true);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> AdaptiveGearRuntime::Create(
+    std::vector<DimensionSpec> dimensions, RuntimeOptions options) {
+  if (auto s = ValidateAdaptiveOptions(options.adaptive); !s.ok()) return s;
+  if (options.event_buffer_events < 1 || options.event_buffer_events > (1u << 20)) {
+    return internal::InvalidFieldValue("event_buffer_events", options.event_buffer_events,
+                                       "an integer in [1, 1048576]");
+  }
+  Clock* clock = options.clock != nullptr ? options.clock : SystemClock::Default();
+  auto initial = GearSet::Create(std::move(dimensions), 1, clock->NowSeconds());
+  if (!initial.ok()) return initial.status();
+  for (int d = 0; d < initial->num_dimensions(); ++d) {
+    if (static_cast<int>(initial->gears(d).size()) > options.adaptive.max_gears_per_type) {
+      return internal::InvalidField(
+          internal::Cat("dims[", d, "].gears"), internal::Cat(initial->gears(d).size(), " gears"),
+          internal::Cat("at most max_gears_per_type = ", options.adaptive.max_gears_per_type));
+    }
+  }
+  const bool start = options.start_worker;
+  std::unique_ptr<AdaptiveGearRuntime> runtime(
+      new AdaptiveGearRuntime(std::move(options), *std::move(initial)));
+  if (start) {
+    if (auto s = runtime->StartWorker(); !s.ok()) return s;
+  }
+  return runtime;
+}
+
+AdaptiveGearRuntime::AdaptiveGearRuntime(RuntimeOptions options, GearSet initial)
+    : options_(std::move(options)),
+      num_dimensions_(initial.num_dimensions()),
+      clock_(options_.clock != nullptr ? options_.clock : SystemClock::Default()),
+      pool_(options_.pool != nullptr ? options_.pool
+                                     : &GraphResourcePool::GetPool(options_.device_index)),
+      impl_(std::make_unique<Impl>(initial, options_, initial.created_at())),
+      worker_(std::make_unique<GearUpdateWorker>(this)) {}
+
+AdaptiveGearRuntime::~AdaptiveGearRuntime() { StopWorker(); }
+
+absl::Status AdaptiveGearRuntime::StartWorker() {
+  impl_->worker_drains.store(true, std::memory_order_release);
+  worker_->Start();
+  return absl::OkStatus();
+}
+
+void AdaptiveGearRuntime::StopWorker() {
+  worker_->Stop();
+  impl_->worker_drains.store(false, std::memory_order_release);
+}
+
+void AdaptiveGearRuntime::Log(LogLevel level, std::string_view message) const {
+  if (options_.log) {
+    options_.log(level, message);
+  } else {
+    StderrLogSink(level, message);
+  }
+}
+
+SnapshotRef AdaptiveGearRuntime::GetSnapshot() const noexcept { return impl_->snapshots.Get(); }
+
+void AdaptiveGearRuntime::RecordPlan(const Plan& plan, double now) noexcept {
+  if (plan.num_dimensions() != num_dimensions_) return;  // not a plan of this runtime
+  const size_t waiting = impl_->events.AppendPlan(plan, now);
+  if (waiting == 0) return;
+  if (impl_->worker_drains.load(std::memory_order_acquire) && waiting <= kMaxWaitingBuffers) {
+    worker_->WakeToFold();
+  } else {
+    FoldPendingEvents();
+  }
+}
+
+absl::Status AdaptiveGearRuntime::RecordEvent(const GearEvent& event,
+                                              std::span<const GraphKey> cleanup_keys) {
+  if (static_cast<int>(event.raw.size()) != num_dimensions_) {
+    return internal::InvalidField("raw", internal::Cat(event.raw.size(), " sizes"),
+                                  internal::Cat("one per dimension (", num_dimensions_, ")"));
+  }
+  if (static_cast<int>(event.gear.size()) != num_dimensions_) {
+    return internal::InvalidField("gear", internal::Cat(event.gear.size(), " gears"),
+                                  internal::Cat("one per dimension (", num_dimensions_, ")"));
+  }
+  for (int d = 0; d < num_dimensions_; ++d) {
+    if (event.raw[d] < 1) {
+      return internal::InvalidFieldValue(internal::Cat("raw[", d, "]"), event.raw[d],
+                                         "sizes must be >= 1");
+    }
+    if (event.gear[d] < 1) {
+      return internal::InvalidFieldValue(internal::Cat("gear[", d, "]"), event.gear[d],
+                                         "gears must be >= 1");
+    }
+  }
+  if (event.count < 1) {
+    return internal::InvalidFieldValue("count", event.count, "an integer >= 1");
+  }
+  if (!std::isfinite(event.time)) {
+    return internal::InvalidFieldValue("time", event.time, "a finite number of seconds");
+  }
+  const size_t waiting =
+      impl_->events.Append(event.time, event.count, event.raw.data(), event.gear.data());
+  if (waiting > 0) {
+    if (impl_->worker_drains.load(std::memory_order_acquire) && waiting <= kMaxWaitingBuffers) {
+      worker_->WakeToFold();
+    } else {
+      FoldPendingEvents();
+    }
+  }
+  if (!cleanup_keys.empty()) AttachCleanupKeys(event.gear, cleanup_keys);
+  return absl::OkStatus();
+}
+
+bool AdaptiveGearRuntime::AttachCleanupKeys(std::span<const int64_t> gears,
+                                            std::span<const GraphKey> keys) {
+  if (keys.empty()) return true;
+  bool active;
+  {
+    MutexLock lock(&impl_->stats_mu);
+    active = impl_->window.AttachKeys(gears, keys);
+  }
+  if (!active) {
+    const size_t removed = pool_->RemoveByKeys(keys);
+    impl_->orphan_keys_released.fetch_add(removed, std::memory_order_relaxed);
+  }
+  return active;
+}
+
+void AdaptiveGearRuntime::FoldPendingEvents() {
+  MutexLock lock(&impl_->stats_mu);
+  impl_->FoldFullLocked();
+}
+
+MemoryState AdaptiveGearRuntime::ReadMemory() {
+  MemoryState m;
+  m.threshold = options_.adaptive.device_memory_usage_threshold_ratio;
+  if (!m.threshold.has_value() || options_.memory_probe == nullptr) return m;
+  try {
+    absl::StatusOr<double> usage = options_.memory_probe->UsageFraction();
+    if (!usage.ok()) {
+      m.error = std::string(usage.status().message());
+    } else if (!std::isfinite(*usage) || *usage < 0.0 || *usage > 1.0) {
+      m.error = internal::Cat("probe returned ", *usage, "; expected a fraction in [0, 1]");
+    } else {
+      m.usage = *usage;
+      m.high = *usage >= *m.threshold;
+    }
+  } catch (const std::exception& e) {
+    m.error = internal::Cat("probe threw: ", e.what());
+  } catch (...) {
+    m.error = "probe threw an unknown exception";
+  }
+  if (!m.error.empty()) {
+    Log(LogLevel::kWarning,
+        internal::Cat("memory probe unusable (treated as no pressure): ", m.error));
+  }
+  return m;
+}
+
+std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
+  double last;
+  {
+    MutexLock lock(&impl_->commit_mu);
+    last = impl_->last_update_time;
+  }
+  if (now - last >= options_.adaptive.update_interval_seconds) return UpdateTrigger::kInterval;
+  if (ReadMemory().high) return UpdateTrigger::kMemory;
+  return std::nullopt;
+}
+
+WindowStats AdaptiveGearRuntime::BuildStatsSnapshot(double now) {
+  SnapshotRef current = GetSnapshot();
+  MutexLock lock(&impl_->stats_mu);
+  impl_->FoldAllLocked();
+  return impl_->window.Summarize(now, *current);
+}
+
+absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrigger trigger) {
+  if (!std::isfinite(now)) {
+    return internal::InvalidFieldValue("now", now, "a finite time in seconds");
+  }
+  UpdateRecord record;
+  std::vector<GraphKey> released;
+  {
+    MutexLock commit(&impl_->commit_mu);
+    SnapshotRef current = GetSnapshot();
+    WindowStats stats;
+    {
+      MutexLock lock(&impl_->stats_mu);
+      impl_->FoldAllLocked();
+      stats = impl_->window.Summarize(now, *current);
+    }
+    const MemoryState memory = ReadMemory();
+    UpdateDecision decision = DecideUpdate(*current, stats, memory, options_.adaptive, now);
+    record = std::move(decision.record);
+    record.sequence = impl_->sequence + 1;
+    record.trigger = trigger;
+    record.version_before = current->version();
+    record.version_after = current->version();
+    std::optional<GearSet> next;
+    if (decision.changed) {
+      auto built = current->WithGears(decision.next_gears, current->version() + 1, now);
+      if (!built.ok()) return built.status();  // nothing applied
+      next = *std::move(built);
+      record.version_after = next->version();
+    }
+    {
+      MutexLock lock(&impl_->stats_mu);
+      if (next.has_value()) {
+        released = impl_->window.ApplyCommit(decision.removed, decision.added, now);
+      }
+      for (const auto& [d, gear] : decision.protect) impl_->window.ExtendProtection(d, gear, now);
+    }
+    if (next.has_value()) impl_->snapshots.Publish(*std::move(next));
+    record.cleanup_keys = released.size();
+    impl_->sequence = record.sequence;
+    impl_->last_update_time = now;
+  }
+  // Outside every lock: release evicted graphs, free superseded snapshots.
+  if (!released.empty()) {
+    pool_->RemoveByKeys(released);
+    impl_->keys_released.fetch_add(released.size(), std::memory_order_relaxed);
+  }
+  impl_->snapshots.Reclaim();
+  impl_->updates.fetch_add(1, std::memory_order_relaxed);
+  if (record.changed) impl_->updates_changed.fetch_add(1, std::memory_order_relaxed);
+  {
+    MutexLock lock(&impl_->record_mu);
+    impl_->last_record = record;
+  }
+  if (options_.on_update) options_.on_update(record);
+  return record;
+}
+
+absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::CommitUpdate(
+    const std::vector<std::vector<int64_t>>& gears, double now) {
+  if (!std::isfinite(now)) {
+    return internal::InvalidFieldValue("now", now, "a finite time in seconds");
+  }
+  UpdateRecord record;
+  std::vector<GraphKey> released;
+  {
+    MutexLock commit(&impl_->commit_mu);
+    SnapshotRef current = GetSnapshot();
+    auto next = current->WithGears(gears, current->version() + 1, now);
+    if (!next.ok()) return next.status();
+    for (int d = 0; d < next->num_dimensions(); ++d) {
+      if (static_cast<int>(next->gears(d).size()) > options_.adaptive.max_gears_per_type) {
+        return internal::InvalidField(
+            internal::Cat("gears[", d, "]"), internal::Cat(next->gears(d).size(), " gears"),
+            internal::Cat("at most max_gears_per_type = ", options_.adaptive.max_gears_per_type));
+      }
+    }
+    record.sequence = impl_->sequence + 1;
+    record.time = now;
+    record.trigger = UpdateTrigger::kManual;
+    record.version_before = current->version();
+    record.removed.resize(num_dimensions_);
+    record.added.resize(num_dimensions_);
+    for (int d = 0; d < num_dimensions_; ++d) {
+      record.dimensions.push_back(current->dimension(d).name);
+      for (int64_t g : current->gears(d)) {
+        if (!next->Contains(d, g)) record.removed[d].push_back(g);
+      }
+      for (int64_t g : next->gears(d)) {
+        if (!current->Contains(d, g)) record.added[d].push_back(g);
+      }
+      if (!record.removed[d].empty() || !record.added[d].empty()) record.changed = true;
+      record.gears_after.emplace_back(next->gears(d).begin(), next->gears(d).end());
+    }
+    if (!record.changed) {
+      record.version_after = current->version();
+    } else {
+      record.version_after = next->version();
+      {
+        MutexLock lock(&impl_->stats_mu);
+        impl_->FoldAllLocked();
+        released = impl_->window.ApplyCommit(record.removed, record.added, now);
+      }
+      impl_->snapshots.Publish(*std::move(next));
+    }
+    record.cleanup_keys = released.size();
+    impl_->sequence = record.sequence;
+  }
+  if (!released.empty()) {
+    pool_->RemoveByKeys(released);
+    impl_->keys_released.fetch_add(released.size(), std::memory_order_relaxed);
+  }
+  impl_->snapshots.Reclaim();
+  if (record.changed) impl_->updates_changed.fetch_add(1, std::memory_order_relaxed);
+  {
+    MutexLock lock(&impl_->record_mu);
+    impl_->last_record = record;
+  }
+  return record;
+}
+
+RuntimeCounters AdaptiveGearRuntime::counters() const {
+  RuntimeCounters c;
+  c.events_recorded = impl_->events.appended();
+  {
+    MutexLock lock(&impl_->stats_mu);
+    const internal::FoldCounters& f = impl_->window.counters();
+    c.events_folded = f.events;
+    c.events_for_evicted_gears = f.evicted_gear;
+    c.events_too_late = f.too_late;
+    c.stats_memory_bytes = impl_->window.MemoryBytes();
+  }
+  const uint64_t accounted = c.events_folded + c.events_for_evicted_gears + c.events_too_late;
+  c.events_pending = c.events_recorded > accounted ? c.events_recorded - accounted : 0;
+  c.updates = impl_->updates.load(std::memory_order_relaxed);
+  c.updates_changed = impl_->updates_changed.load(std::memory_order_relaxed);
+  c.keys_released = impl_->keys_released.load(std::memory_order_relaxed);
+  c.orphan_keys_released = impl_->orphan_keys_released.load(std::memory_order_relaxed);
+  return c;
+}
+
+std::optional<UpdateRecord> AdaptiveGearRuntime::last_update() const {
+  MutexLock lock(&impl_->record_mu);
+  return impl_->last_record;
+}
+
+}  // namespace gearbox

@@ -1,0 +1,100 @@
+#include "gearbox/update_worker.h"
+
+#include <exception>
+#include <string>
+
+#include "gearbox/runtime.h"
+#include "src/common/errors.h"
+
+namespace gearbox {
+
+GearUpdateWorker::GearUpdateWorker(AdaptiveGearRuntime* runtime) : runtime_(runtime) {}
+
+GearUpdateWorker::~GearUpdateWorker() { Stop(); }
+
+void GearUpdateWorker::Start() {
+  if (running_.load(std::memory_order_acquire)) return;
+  stop_.store(false, std::memory_order_release);
+  running_.store(true, std::memory_order_release);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void GearUpdateWorker::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  signal_.Notify();
+  thread_.join();
+  running_.store(false, std::memory_order_release);
+}
+
+void GearUpdateWorker::Loop() {
+  Clock& clock = runtime_->clock();
+  const double interval = runtime_->options().check_interval_seconds;
+  double next_check = clock.NowSeconds() + interval;
+  while (!stop_.load(std::memory_order_acquire)) {
+    clock.SleepUntil(next_check, &signal_);
+    if (stop_.load(std::memory_order_acquire)) break;
+    runtime_->FoldPendingEvents();
+    const double now = clock.NowSeconds();
+    if (now >= next_check) {
+      CheckOnce(now);
+      next_check = now + interval;
+    } else if (next_check - now > interval) {
+      next_check = now + interval;  // the clock went backwards
+    }
+  }
+}
+
+void GearUpdateWorker::CheckOnce(double now) {
+  bool updated = false;
+  bool failed = false;
+  std::string error;
+  try {
+    if (auto trigger = runtime_->CheckTrigger(now)) {
+      auto record = runtime_->RunOnce(now, *trigger);
+      if (record.ok()) {
+        updated = true;
+      } else {
+        failed = true;
+        error = record.status().ToString();
+      }
+    }
+  } catch (const std::exception& e) {
+    failed = true;
+    error = internal::Cat("exception: ", e.what());
+  } catch (...) {
+    failed = true;
+    error = "unknown exception";
+  }
+  if (failed) {
+    runtime_->Log(LogLevel::kWarning, internal::Cat("adaptive gear update at t=", now,
+                                                   " failed and was skipped: ", error));
+  }
+  MutexLock lock(&mu_);
+  ++checks_;
+  if (updated) ++updates_;
+  if (failed) ++failures_;
+  checked_.SignalAll();
+}
+
+uint64_t GearUpdateWorker::checks() const {
+  MutexLock lock(&mu_);
+  return checks_;
+}
+
+uint64_t GearUpdateWorker::updates() const {
+  MutexLock lock(&mu_);
+  return updates_;
+}
+
+uint64_t GearUpdateWorker::failures() const {
+  MutexLock lock(&mu_);
+  return failures_;
+}
+
+void GearUpdateWorker::WaitForChecks(uint64_t n) {
+  MutexLock lock(&mu_);
+  while (checks_ < n) checked_.Wait(&mu_);
+}
+
+}  // namespace gearbox

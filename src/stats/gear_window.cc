@@ -1,0 +1,103 @@
+#include "src/stats/gear_window.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace gearbox::internal {
+
+WindowGeometry WindowGeometry::Make(double window_seconds, int slots, double half_life_seconds) {
+  WindowGeometry g;
+  g.window_seconds = window_seconds;
+  g.slots = slots;
+  g.slot_seconds = window_seconds / slots;
+  g.lambda = std::log(2.0) / half_life_seconds;
+  return g;
+}
+
+int64_t WindowGeometry::SlotIndex(double t) const {
+  return static_cast<int64_t>(std::floor(t / slot_seconds));
+}
+
+void GearWindow::Slot::Reset(int64_t new_index) {
+  index = new_index;
+  weight = pad_weighted = split_weighted = unsplit_weight = unsplit_raw_weighted = 0.0;
+  samples = pad_samples = split_samples = unsplit_samples = 0;
+  raw.Clear();
+}
+
+GearWindow::GearWindow(int64_t gear, double created_ts, const WindowGeometry& geometry)
+    : gear_(gear),
+      created_ts_(created_ts),
+      last_hit_ts_(-std::numeric_limits<double>::infinity()),
+      ring_(static_cast<size_t>(geometry.slots + 1)) {}
+
+bool GearWindow::Add(double t, int64_t raw, uint64_t count, const WindowGeometry& geometry) {
+  const int64_t index = geometry.SlotIndex(t);
+  const int64_t ring = static_cast<int64_t>(ring_.size());
+  if (newest_slot_ != INT64_MIN && index < newest_slot_ - geometry.slots) return false;
+  newest_slot_ = std::max(newest_slot_, index);
+  Slot& slot = ring_[static_cast<size_t>(((index % ring) + ring) % ring)];
+  if (slot.index != index) {
+    if (slot.index > index) return false;  // late by more than the ring holds
+    slot.Reset(index);
+  }
+  const double w =
+      std::exp(geometry.lambda * (t - geometry.SlotStart(index))) * static_cast<double>(count);
+  slot.weight += w;
+  slot.samples += count;
+  slot.raw.Add(raw, count);
+  if (raw <= gear_) {
+    const double g = static_cast<double>(gear_);
+    slot.pad_weighted += w * (g - static_cast<double>(raw)) / g;
+    if (raw < gear_) slot.pad_samples += count;
+    slot.unsplit_weight += w;
+    slot.unsplit_raw_weighted += w * static_cast<double>(raw);
+    slot.unsplit_samples += count;
+  } else {
+    const double r = static_cast<double>(raw);
+    slot.split_weighted += w * (r - static_cast<double>(gear_)) / r;
+    slot.split_samples += count;
+  }
+  last_hit_ts_ = std::max(last_hit_ts_, t);
+  return true;
+}
+
+GearStats GearWindow::Summarize(double now, const WindowGeometry& geometry) const {
+  GearStats s;
+  s.gear = gear_;
+  s.created_ts = created_ts_;
+  s.last_hit_ts = last_hit_ts_;
+  double pad_weighted = 0.0;
+  double split_weighted = 0.0;
+  const double window_start = now - geometry.window_seconds;
+  for (const Slot& slot : ring_) {
+    if (slot.index == INT64_MIN || slot.samples == 0) continue;
+    const double start = geometry.SlotStart(slot.index);
+    if (start > now || start + geometry.slot_seconds <= window_start) continue;
+    const double factor = std::exp(-geometry.lambda * (now - start));
+    s.weighted_hits += slot.weight * factor;
+    pad_weighted += slot.pad_weighted * factor;
+    split_weighted += slot.split_weighted * factor;
+    s.unsplit_weight += slot.unsplit_weight * factor;
+    s.unsplit_raw_weighted += slot.unsplit_raw_weighted * factor;
+    s.sample_count += slot.samples;
+    s.pad_sample_count += slot.pad_samples;
+    s.split_sample_count += slot.split_samples;
+    s.unsplit_sample_count += slot.unsplit_samples;
+    s.raw_samples.Merge(slot.raw);
+  }
+  if (s.weighted_hits > 0) {
+    s.avg_pad_ratio = pad_weighted / s.weighted_hits;
+    s.avg_split_ratio = split_weighted / s.weighted_hits;
+  }
+  return s;
+}
+
+size_t GearWindow::MemoryBytes() const {
+  size_t bytes = sizeof(*this) + ring_.capacity() * sizeof(Slot);
+  for (const Slot& slot : ring_) bytes += slot.raw.MemoryBytes();
+  return bytes;
+}
+
+}  // namespace gearbox::internal

@@ -1,0 +1,75 @@
+// WindowStore: the window statistics of every active gear, per dimension,
+// plus each gear's cleanup keys (seed: GearRuntimeState).
+//
+// Not thread-safe: the runtime guards it with its stats mutex.
+#ifndef GEARBOX_SRC_STATS_WINDOW_STORE_H_
+#define GEARBOX_SRC_STATS_WINDOW_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "gearbox/gear_set.h"
+#include "gearbox/options.h"
+#include "gearbox/resource_pool.h"
+#include "gearbox/stats.h"
+#include "src/stats/event_log.h"
+#include "src/stats/gear_window.h"
+
+namespace gearbox::internal {
+
+struct FoldCounters {
+  uint64_t events = 0;          // events folded into a gear's window
+  uint64_t variants = 0;        // the same, counting each event's variant count
+  uint64_t evicted_gear = 0;    // events for a gear evicted before they were folded
+  uint64_t too_late = 0;        // events older than the window ring
+};
+
+class WindowStore {
+ public:
+  WindowStore(const GearSet& initial, const AdaptiveOptions& options, double now);
+
+  // Folds every event of `buffer` (see EventLog for the layout).
+  void Fold(const EventBuffer& buffer);
+  // Folds one event: per dimension, `raw` served by `gear`.
+  void FoldEvent(double time, int64_t count, const int64_t* raw, const int64_t* gear);
+
+  // Attaches keys to the gear of each dimension. Returns false when one of
+  // those gears is no longer active: its keys must then be released at once
+  // (the variant can never run again on the current gears).
+  bool AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys);
+
+  WindowStats Summarize(double now, const GearSet& current) const;
+
+  // Applies a committed update: windows for added gears (created at `now`),
+  // removal of evicted gears. Returns the cleanup keys of the evicted gears
+  // (and forgets them everywhere else).
+  std::vector<GraphKey> ApplyCommit(const std::vector<std::vector<int64_t>>& removed,
+                                    const std::vector<std::vector<int64_t>>& added, double now);
+  void ExtendProtection(int dimension, int64_t gear, double now);
+
+  const FoldCounters& counters() const { return counters_; }
+  size_t MemoryBytes() const;
+  size_t cleanup_key_count() const;
+
+ private:
+  struct GearState {
+    explicit GearState(int64_t gear, double created, const WindowGeometry& geometry)
+        : window(gear, created, geometry) {}
+    GearWindow window;
+    std::unordered_set<GraphKey> cleanup_keys;
+  };
+  using DimensionStates = std::unordered_map<int64_t, std::unique_ptr<GearState>>;
+
+  WindowGeometry geometry_;
+  std::vector<DimensionStates> dimensions_;
+  std::vector<std::string> names_;
+  FoldCounters counters_;
+};
+
+}  // namespace gearbox::internal
+
+#endif  // GEARBOX_SRC_STATS_WINDOW_STORE_H_

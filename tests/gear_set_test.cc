@@ -1,0 +1,110 @@
+#include "gearbox/gear_set.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gearbox {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(TimesGears, SeedExamples) {
+  EXPECT_THAT(*MakeTimesGears(3, 100), ElementsAre(3, 4, 8, 16, 32, 64, 100));
+  EXPECT_THAT(*MakeTimesGears(1, 1024), ElementsAre(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024));
+  EXPECT_THAT(*MakeTimesGears(7, 7), ElementsAre(7));
+  EXPECT_THAT(*MakeTimesGears(4, 9), ElementsAre(4, 8, 9));
+  EXPECT_THAT(*MakeTimesGears(1, 1), ElementsAre(1));
+  EXPECT_THAT(*MakeTimesGears(1, 2), ElementsAre(1, 2));
+}
+
+TEST(TimesGears, LargeRangeDoesNotOverflow) {
+  auto gears = MakeTimesGears(1, int64_t{1} << 62);
+  ASSERT_TRUE(gears.ok());
+  EXPECT_EQ(gears->size(), 63u);
+  EXPECT_EQ(gears->back(), int64_t{1} << 62);
+  auto max_int = MakeTimesGears(1, INT64_MAX);
+  ASSERT_TRUE(max_int.ok());
+  EXPECT_EQ(max_int->back(), INT64_MAX);
+  EXPECT_EQ(max_int->size(), 64u);
+}
+
+TEST(TimesGears, ErrorsNameTheField) {
+  auto bad_min = MakeTimesGears(0, 10, "dims[0]");
+  ASSERT_FALSE(bad_min.ok());
+  EXPECT_THAT(bad_min.status().message(), HasSubstr("dims[0].min"));
+  EXPECT_THAT(bad_min.status().message(), HasSubstr("0"));
+  auto inverted = MakeTimesGears(10, 5, "dims[1]");
+  ASSERT_FALSE(inverted.ok());
+  EXPECT_THAT(inverted.status().message(), HasSubstr("dims[1].max: 5"));
+  EXPECT_THAT(inverted.status().message(), HasSubstr(">= min (10)"));
+}
+
+TEST(NormalizeGears, SortsAndDeduplicates) {
+  EXPECT_THAT(*NormalizeGears({64, 8, 8, 1, 32}), ElementsAre(1, 8, 32, 64));
+}
+
+TEST(NormalizeGears, RejectsBadLists) {
+  EXPECT_THAT(NormalizeGears({}, "dims[0].gears").status().message(), HasSubstr("dims[0].gears"));
+  auto zero = NormalizeGears({4, 0}, "g");
+  EXPECT_THAT(zero.status().message(), HasSubstr("g[1]: 0 is not allowed"));
+  std::vector<int64_t> many;
+  for (int i = 1; i <= 65; ++i) many.push_back(i);
+  EXPECT_THAT(NormalizeGears(many, "g").status().message(), HasSubstr("at most 64"));
+  many.pop_back();
+  EXPECT_TRUE(NormalizeGears(many, "g").ok());
+}
+
+TEST(GearSet, MapsToSmallestGearAtOrAbove) {
+  auto set = GearSet::Create({{"BATCHSIZE", {1, 4, 16}, true, false}});
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->MapToGear(0, 1), 1);
+  EXPECT_EQ(set->MapToGear(0, 2), 4);
+  EXPECT_EQ(set->MapToGear(0, 4), 4);
+  EXPECT_EQ(set->MapToGear(0, 5), 16);
+  EXPECT_EQ(set->MapToGear(0, 16), 16);
+  EXPECT_EQ(set->MapToGear(0, 17), -1);
+  EXPECT_EQ(set->version(), 1u);
+  EXPECT_EQ(set->DebugString(), "BATCHSIZE=[1,4,16]");
+}
+
+TEST(GearSet, ValidatesDimensions) {
+  EXPECT_THAT(GearSet::Create({}).status().message(), HasSubstr("dims"));
+  EXPECT_THAT(GearSet::Create({{"A", {1}}, {"A", {2}}}).status().message(),
+              HasSubstr("dims[1].name: \"A\""));
+  EXPECT_THAT(GearSet::Create({{"bad name", {1}}}).status().message(),
+              HasSubstr("dims[0].name"));
+  EXPECT_THAT(GearSet::Create({{"S", {1, -3}}}).status().message(),
+              HasSubstr("dims[0].gears[1]: -3"));
+  EXPECT_THAT(GearSet::Create({{"S", {1}, true, true}}).status().message(),
+              HasSubstr("dims[0].eager_fallback"));
+  std::vector<DimensionSpec> nine;
+  for (int i = 0; i < 9; ++i) nine.push_back({"D" + std::to_string(i), {1}});
+  EXPECT_THAT(GearSet::Create(nine).status().message(), HasSubstr("at most 8"));
+}
+
+TEST(GearSet, AnyNameAndDefaultSplittability) {
+  EXPECT_TRUE(DefaultSplittable("BATCHSIZE"));
+  EXPECT_FALSE(DefaultSplittable("SEQLEN"));
+  EXPECT_FALSE(DefaultSplittable("IMAGE_H"));
+  auto set = GearSet::Create({{"IMAGE_H", {224, 448}}, {"tokens.v2", {1}}});
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->FindDimension("tokens.v2"), 1);
+  EXPECT_EQ(set->FindDimension("nope"), -1);
+}
+
+TEST(GearSet, WithGearsKeepsFlagsAndValidates) {
+  auto set = GearSet::Create({{"BATCHSIZE", {1, 4}, true, false}}, 3, 10.0);
+  ASSERT_TRUE(set.ok());
+  auto next = set->WithGears({{8, 2}}, 4, 20.0);
+  ASSERT_TRUE(next.ok());
+  EXPECT_THAT(next->gears(0), ElementsAre(2, 8));
+  EXPECT_TRUE(next->dimension(0).splittable);
+  EXPECT_EQ(next->version(), 4u);
+  EXPECT_EQ(next->created_at(), 20.0);
+  EXPECT_FALSE(set->WithGears({{}}, 4, 20.0).ok());
+  EXPECT_FALSE(set->WithGears({{1}, {2}}, 4, 20.0).ok());
+}
+
+}  // namespace
+}  // namespace gearbox

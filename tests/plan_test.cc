@@ -1,0 +1,181 @@
+#include "gearbox/plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace gearbox {
+namespace {
+
+using ::testing::HasSubstr;
+
+GearSet Batch(std::vector<int64_t> gears) {
+  return *GearSet::Create({{"BATCHSIZE", std::move(gears), true, false}});
+}
+
+GearSet BatchSeq(std::vector<int64_t> batch, std::vector<int64_t> seq, bool eager = false) {
+  return *GearSet::Create(
+      {{"BATCHSIZE", std::move(batch), true, false}, {"SEQLEN", std::move(seq), false, eager}});
+}
+
+std::vector<Variant> Variants(const Plan& plan) {
+  std::vector<Variant> out;
+  plan.ForEachVariant([&](const Variant& v) { out.push_back(v); });
+  return out;
+}
+
+TEST(MakePlan, PadsUpToTheNearestGear) {
+  const GearSet gears = Batch({1, 4, 16});
+  const int64_t raw[] = {3};
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok());
+  const DimensionPlan& d = plan->dimension(0);
+  EXPECT_FALSE(d.split);
+  ASSERT_EQ(d.num_groups, 1);
+  EXPECT_EQ(d.groups[0].gear, 4);
+  EXPECT_EQ(d.groups[0].extent, 3);
+  EXPECT_EQ(d.groups[0].count, 1);
+  EXPECT_EQ(d.groups[0].event_raw, 3);
+  EXPECT_EQ(d.groups[0].event_gear, 4);
+  EXPECT_EQ(plan->num_variants(), 1);
+  EXPECT_DOUBLE_EQ(plan->padded_volume(), 4.0);
+  EXPECT_DOUBLE_EQ(plan->raw_volume(), 3.0);
+  EXPECT_EQ(plan->snapshot_version(), 1u);
+}
+
+TEST(MakePlan, SizeBelowSmallestGearMapsToSmallest) {
+  const GearSet gears = Batch({8, 16});
+  const int64_t raw[] = {2};
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->dimension(0).groups[0].gear, 8);
+}
+
+TEST(MakePlan, SplitsAboveTheMaxWithARemainder) {
+  const GearSet gears = Batch({1, 2, 4, 8, 16, 32});
+  const int64_t raw[] = {100};  // 3 x 32 + remainder 4
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok());
+  const DimensionPlan& d = plan->dimension(0);
+  EXPECT_TRUE(d.split);
+  ASSERT_EQ(d.num_groups, 2);
+  // Full chunks: raw sample is the whole request, against the max gear.
+  EXPECT_EQ(d.groups[0].gear, 32);
+  EXPECT_EQ(d.groups[0].extent, 32);
+  EXPECT_EQ(d.groups[0].count, 3);
+  EXPECT_EQ(d.groups[0].event_raw, 100);
+  EXPECT_EQ(d.groups[0].event_gear, 32);
+  // Remainder: its own size, its own gear, its own padding.
+  EXPECT_EQ(d.groups[1].gear, 4);
+  EXPECT_EQ(d.groups[1].extent, 4);
+  EXPECT_EQ(d.groups[1].offset, 96);
+  EXPECT_EQ(d.groups[1].event_raw, 4);
+  EXPECT_EQ(d.groups[1].event_gear, 4);
+  EXPECT_EQ(plan->num_variants(), 4);
+  EXPECT_DOUBLE_EQ(plan->padded_volume(), 100.0);
+}
+
+TEST(MakePlan, RemainderIsPaddedToItsGear) {
+  const GearSet gears = Batch({8, 32});
+  const int64_t raw[] = {70};  // 2 x 32 + 6 -> gear 8
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok());
+  const DimensionPlan& d = plan->dimension(0);
+  EXPECT_EQ(d.groups[1].gear, 8);
+  EXPECT_EQ(d.groups[1].extent, 6);
+  EXPECT_DOUBLE_EQ(plan->padded_volume(), 72.0);
+}
+
+TEST(MakePlan, ExactMultipleHasNoRemainder) {
+  const GearSet gears = Batch({16, 32});
+  const int64_t raw[] = {64};
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->dimension(0).num_groups, 1);
+  EXPECT_EQ(plan->dimension(0).groups[0].count, 2);
+  EXPECT_EQ(plan->num_variants(), 2);
+}
+
+TEST(MakePlan, NonSplittableAboveMaxIsAnError) {
+  const GearSet gears = BatchSeq({1, 8}, {128, 256});
+  const int64_t raw[] = {4, 300};
+  auto plan = MakePlan(gears, raw);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), HasSubstr("SEQLEN: 300"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("largest gear is 256"));
+}
+
+TEST(MakePlan, EagerFallbackRunsAtExactSize) {
+  const GearSet gears = BatchSeq({1, 8}, {128, 256}, /*eager=*/true);
+  const int64_t raw[] = {4, 300};
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok());
+  const DimensionPlan& d = plan->dimension(1);
+  EXPECT_TRUE(d.eager);
+  EXPECT_TRUE(plan->any_eager());
+  EXPECT_EQ(d.groups[0].gear, 300);
+  EXPECT_EQ(d.groups[0].extent, 300);
+  EXPECT_EQ(d.groups[0].event_raw, 300);
+  EXPECT_EQ(d.groups[0].event_gear, 256);  // counted as overflow on the max gear
+  EXPECT_DOUBLE_EQ(plan->padded_volume(), 8.0 * 300.0);
+}
+
+TEST(MakePlan, RejectsBadSizes) {
+  const GearSet gears = BatchSeq({1, 8}, {128});
+  const int64_t zero[] = {0, 5};
+  EXPECT_THAT(MakePlan(gears, zero).status().message(), HasSubstr("BATCHSIZE: 0"));
+  const int64_t one[] = {5};
+  EXPECT_THAT(MakePlan(gears, one).status().message(), HasSubstr("one size per dimension (2)"));
+}
+
+TEST(MakePlan, TwoDimensionsCombineChunksWithPaddedGears) {
+  const GearSet gears = BatchSeq({1, 2, 4, 8}, {64, 128, 256});
+  const int64_t raw[] = {19, 100};  // batch: 2 x 8 + 3 (gear 4); seq: 100 -> 128
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_variants(), 3);
+  EXPECT_EQ(plan->num_variant_groups(), 2);
+  const VariantGroup g0 = plan->variant_group(0);
+  EXPECT_EQ(g0.count, 2);
+  EXPECT_EQ(g0.group[0], 0);
+  const VariantGroup g1 = plan->variant_group(1);
+  EXPECT_EQ(g1.count, 1);
+  EXPECT_EQ(g1.group[0], 1);
+  const auto variants = Variants(*plan);
+  ASSERT_EQ(variants.size(), 3u);
+  EXPECT_EQ(variants[0].gear[0], 8);
+  EXPECT_EQ(variants[0].offset[0], 0);
+  EXPECT_EQ(variants[1].offset[0], 8);
+  EXPECT_EQ(variants[2].gear[0], 4);
+  EXPECT_EQ(variants[2].extent[0], 3);
+  EXPECT_EQ(variants[2].offset[0], 16);
+  for (const Variant& v : variants) {
+    EXPECT_EQ(v.gear[1], 128);
+    EXPECT_EQ(v.extent[1], 100);
+    EXPECT_EQ(v.offset[1], 0);
+  }
+  EXPECT_DOUBLE_EQ(plan->padded_volume(), (8 + 8 + 4) * 128.0);
+}
+
+TEST(MakePlan, BothDimensionsSplitGivesTheCartesianProduct) {
+  auto gears = *GearSet::Create({{"A", {2, 4}, true, false}, {"B", {3}, true, false}});
+  const int64_t raw[] = {9, 7};  // A: 4,4,+1(gear 2); B: 3,3,+1(gear 3)
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_variants(), 9);
+  EXPECT_EQ(plan->num_variant_groups(), 4);
+  int64_t sum = 0;
+  for (int i = 0; i < plan->num_variant_groups(); ++i) sum += plan->variant_group(i).count;
+  EXPECT_EQ(sum, 9);
+  const auto variants = Variants(*plan);
+  ASSERT_EQ(variants.size(), 9u);
+  // Covered cells add up to the request exactly once.
+  int64_t covered = 0;
+  for (const Variant& v : variants) covered += v.extent[0] * v.extent[1];
+  EXPECT_EQ(covered, 63);
+  EXPECT_DOUBLE_EQ(plan->padded_volume(), (4 + 4 + 2) * (3 + 3 + 3.0));
+}
+
+}  // namespace
+}  // namespace gearbox

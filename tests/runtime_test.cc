@@ -1,0 +1,354 @@
+#include "gearbox/runtime.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <random>
+
+#include "gearbox/update_worker.h"
+
+namespace gearbox {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+struct Fixture {
+  ManualClock clock{0.0};
+  FixedMemoryProbe probe{0.5};
+  GraphResourcePool pool;
+  std::vector<std::string> logs;
+  std::unique_ptr<AdaptiveGearRuntime> runtime;
+
+  explicit Fixture(std::vector<DimensionSpec> dims, AdaptiveOptions adaptive = {},
+                   bool start_worker = false) {
+    RuntimeOptions o;
+    o.adaptive = adaptive;
+    o.clock = &clock;
+    o.memory_probe = &probe;
+    o.pool = &pool;
+    o.start_worker = start_worker;
+    o.log = [this](LogLevel, std::string_view m) { logs.emplace_back(m); };
+    auto r = AdaptiveGearRuntime::Create(std::move(dims), std::move(o));
+    EXPECT_TRUE(r.ok()) << r.status();
+    runtime = *std::move(r);
+  }
+
+  Plan Request(std::vector<int64_t> raw, double t) {
+    SnapshotRef snap = runtime->GetSnapshot();
+    auto plan = MakePlan(*snap, raw);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    runtime->RecordPlan(*plan, t);
+    return *plan;
+  }
+};
+
+std::vector<DimensionSpec> Batch(std::vector<int64_t> g) {
+  return {{"BATCHSIZE", std::move(g), true, false}};
+}
+
+const GearStats& Gear(const WindowStats& s, int dim, int64_t gear) {
+  for (const GearStats& g : s.dimensions[dim].gears)
+    if (g.gear == gear) return g;
+  static GearStats none;
+  ADD_FAILURE() << "no gear " << gear;
+  return none;
+}
+
+TEST(Runtime, CreateValidatesEverything) {
+  RuntimeOptions o;
+  o.start_worker = false;
+  o.adaptive.pad_add_threshold = 1.5;
+  auto bad = AdaptiveGearRuntime::Create(Batch({1, 2}), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("pad_add_threshold: 1.5"));
+  o.adaptive = {};
+  o.adaptive.max_gears_per_type = 2;
+  EXPECT_THAT(AdaptiveGearRuntime::Create(Batch({1, 2, 4}), o).status().message(),
+              HasSubstr("max_gears_per_type = 2"));
+  o.adaptive = {};
+  o.adaptive.device_memory_usage_threshold_ratio = 0.0;
+  EXPECT_THAT(AdaptiveGearRuntime::Create(Batch({1}), o).status().message(),
+              HasSubstr("device_memory_usage_threshold_ratio: 0"));
+  o.adaptive = {};
+  EXPECT_THAT(AdaptiveGearRuntime::Create({}, o).status().message(), HasSubstr("dims"));
+}
+
+TEST(Runtime, OneEventPerExecutedVariantWithRemainderPadding) {
+  Fixture f(Batch({1, 2, 4, 8, 16, 32}));
+  f.Request({100}, 10.0);  // 3 x 32 + 4
+  f.Request({20}, 10.0);   // 20 -> 32
+  const WindowStats s = f.runtime->BuildStatsSnapshot(10.0);
+  const GearStats& g32 = Gear(s, 0, 32);
+  EXPECT_EQ(g32.sample_count, 4u);  // three full chunks + one padded request
+  EXPECT_EQ(g32.split_sample_count, 3u);
+  EXPECT_EQ(g32.pad_sample_count, 1u);
+  EXPECT_NEAR(g32.weighted_hits, 4.0, 1e-12);
+  EXPECT_NEAR(g32.avg_split_ratio, 3 * (68.0 / 100.0) / 4, 1e-12);
+  EXPECT_NEAR(g32.avg_pad_ratio, (12.0 / 32.0) / 4, 1e-12);
+  EXPECT_EQ(g32.raw_samples.Median(), 100);  // 20, 100, 100, 100
+  const GearStats& g4 = Gear(s, 0, 4);
+  EXPECT_EQ(g4.sample_count, 1u);
+  EXPECT_EQ(g4.pad_sample_count, 0u);  // remainder 4 fits gear 4 exactly
+  EXPECT_NEAR(s.dimensions[0].total_weighted_hits, 5.0, 1e-12);
+  EXPECT_NEAR(g32.hit_rate, 0.8, 1e-12);
+  const RuntimeCounters c = f.runtime->counters();
+  EXPECT_EQ(c.events_recorded, 3u);  // variant groups: (32 x3), (4), (32)
+  EXPECT_EQ(c.events_folded, 3u);
+  EXPECT_EQ(c.events_pending, 0u);
+}
+
+TEST(Runtime, RecordEventValidatesAndFolds) {
+  Fixture f({{"BATCHSIZE", {4, 8}, true, false}, {"SEQLEN", {128, 256}, false, false}});
+  EXPECT_THAT(f.runtime->RecordEvent({1.0, 1, {3}, {4, 128}}).message(), HasSubstr("raw: 1 sizes"));
+  EXPECT_THAT(f.runtime->RecordEvent({1.0, 1, {3, 0}, {4, 128}}).message(), HasSubstr("raw[1]: 0"));
+  EXPECT_THAT(f.runtime->RecordEvent({1.0, 0, {3, 100}, {4, 128}}).message(), HasSubstr("count: 0"));
+  EXPECT_THAT(f.runtime->RecordEvent({NAN, 1, {3, 100}, {4, 128}}).message(), HasSubstr("time"));
+  ASSERT_TRUE(f.runtime->RecordEvent({1.0, 2, {3, 100}, {4, 128}}).ok());
+  const WindowStats s = f.runtime->BuildStatsSnapshot(1.0);
+  EXPECT_EQ(Gear(s, 0, 4).sample_count, 2u);
+  EXPECT_NEAR(Gear(s, 0, 4).avg_pad_ratio, 0.25, 1e-12);
+  EXPECT_NEAR(Gear(s, 1, 128).avg_pad_ratio, 28.0 / 128.0, 1e-12);
+}
+
+TEST(Runtime, RunOncePublishesANewVersionAndOldSnapshotsStayValid) {
+  AdaptiveOptions o;
+  o.recent_use_protect_seconds = 0;
+  Fixture f(Batch({8, 32}), o);
+  SnapshotRef before = f.runtime->GetSnapshot();
+  for (int i = 0; i < 100; ++i) f.Request({96}, i);  // 3 x 32: gear 8 unused
+  auto record = f.runtime->RunOnce(100.0);
+  ASSERT_TRUE(record.ok());
+  EXPECT_TRUE(record->changed);
+  EXPECT_EQ(record->sequence, 1u);
+  EXPECT_EQ(record->version_before, 1u);
+  EXPECT_EQ(record->version_after, 2u);
+  EXPECT_THAT(record->gears_after[0], ElementsAre(32, 96));  // 8 evicted, 96 added
+  SnapshotRef after = f.runtime->GetSnapshot();
+  EXPECT_EQ(after->version(), 2u);
+  EXPECT_THAT(after->gears(0), ElementsAre(32, 96));
+  // The old pinned snapshot is still readable.
+  EXPECT_EQ(before->version(), 1u);
+  EXPECT_THAT(before->gears(0), ElementsAre(8, 32));
+  // Requests now land on the new max.
+  const Plan p = f.Request({96}, 101);
+  EXPECT_FALSE(p.any_split());
+  EXPECT_EQ(p.dimension(0).groups[0].gear, 96);
+  EXPECT_EQ(f.runtime->last_update()->sequence, 1u);
+}
+
+struct TrackedGraph : GraphResource {
+  explicit TrackedGraph(std::atomic<int>* counter) : live(counter) { live->fetch_add(1); }
+  ~TrackedGraph() override { live->fetch_sub(1); }
+  int64_t bytes() const override { return 1000; }
+  std::atomic<int>* live;
+};
+
+TEST(Runtime, EvictionReleasesTheGraphsOfEvictedGearsOnly) {
+  AdaptiveOptions o;
+  o.recent_use_protect_seconds = 0;
+  Fixture f(Batch({4, 16, 64}), o);
+  std::atomic<int> live{0};
+  // Compile a graph for each gear and attach its key.
+  std::map<int64_t, GraphKey> key_of;
+  for (int64_t g : {4, 16, 64}) {
+    f.pool.Register(std::make_shared<TrackedGraph>(&live));
+    const auto keys = f.pool.ConsumeRecentKeys();
+    ASSERT_EQ(keys.size(), 1u);
+    key_of[g] = keys[0];
+    const int64_t gears[] = {g};
+    EXPECT_TRUE(f.runtime->AttachCleanupKeys(gears, keys));
+  }
+  EXPECT_EQ(live.load(), 3);
+  EXPECT_EQ(f.pool.bytes(), 3000);
+  for (int i = 0; i < 50; ++i) f.Request({60}, i);
+  for (int i = 0; i < 50; ++i) f.Request({16}, i);
+  // A request holds gear 4's graph while the update runs.
+  std::shared_ptr<GraphResource> held = f.pool.Acquire(key_of[4]);
+  auto record = f.runtime->RunOnce(60.0);
+  ASSERT_TRUE(record.ok());
+  EXPECT_THAT(record->removed[0], ElementsAre(4));
+  EXPECT_EQ(record->cleanup_keys, 1u);
+  EXPECT_EQ(f.pool.size(), 2u);
+  EXPECT_EQ(f.pool.Acquire(key_of[4]), nullptr);
+  EXPECT_EQ(live.load(), 3);  // still held by the request: not released
+  held.reset();
+  EXPECT_EQ(live.load(), 2);  // released when the request let go
+  // A late attach of a key to the evicted gear releases it at once.
+  f.pool.Register(std::make_shared<TrackedGraph>(&live));
+  const auto late = f.pool.ConsumeRecentKeys();
+  const int64_t evicted[] = {4};
+  EXPECT_FALSE(f.runtime->AttachCleanupKeys(evicted, late));
+  EXPECT_EQ(live.load(), 2);
+  EXPECT_EQ(f.runtime->counters().orphan_keys_released, 1u);
+  // remove_by_keys is idempotent.
+  const GraphKey again[] = {key_of[4], key_of[4]};
+  EXPECT_EQ(f.pool.RemoveByKeys(again), 0u);
+}
+
+TEST(Runtime, KeysSharedByTwoDimensionsAreReleasedOnce) {
+  AdaptiveOptions o;
+  o.recent_use_protect_seconds = 0;
+  Fixture f({{"BATCHSIZE", {2, 8}, true, false}, {"SEQLEN", {64, 128}, false, false}}, o);
+  std::atomic<int> live{0};
+  f.pool.Register(std::make_shared<TrackedGraph>(&live));
+  const auto keys = f.pool.ConsumeRecentKeys();
+  const int64_t variant[] = {2, 64};
+  ASSERT_TRUE(f.runtime->AttachCleanupKeys(variant, keys));
+  for (int i = 0; i < 20; ++i) f.Request({8, 128}, i);
+  auto record = f.runtime->RunOnce(30.0);  // evicts 2 and 64 (unused)
+  ASSERT_TRUE(record.ok());
+  EXPECT_THAT(record->removed[0], ElementsAre(2));
+  EXPECT_THAT(record->removed[1], ElementsAre(64));
+  EXPECT_EQ(record->cleanup_keys, 1u);
+  EXPECT_EQ(live.load(), 0);
+}
+
+TEST(Runtime, MemoryTriggerAndBudget) {
+  AdaptiveOptions o;
+  Fixture f(Batch({8, 32}), o);
+  EXPECT_FALSE(f.runtime->CheckTrigger(60.0).has_value());
+  f.probe.Set(0.95);
+  EXPECT_EQ(f.runtime->CheckTrigger(60.0), UpdateTrigger::kMemory);
+  EXPECT_EQ(f.runtime->CheckTrigger(300.0), UpdateTrigger::kInterval);
+  const MemoryState m = f.runtime->ReadMemory();
+  EXPECT_TRUE(m.high);
+  EXPECT_DOUBLE_EQ(*m.usage, 0.95);
+}
+
+TEST(Runtime, NullThresholdDisablesMemoryHandling) {
+  AdaptiveOptions o;
+  o.device_memory_usage_threshold_ratio = std::nullopt;
+  Fixture f(Batch({8, 32}), o);
+  f.probe.Set(1.0);
+  EXPECT_FALSE(f.runtime->CheckTrigger(60.0).has_value());
+  EXPECT_FALSE(f.runtime->ReadMemory().high);
+}
+
+TEST(Runtime, NonsenseFromTheProbeIsReportedNotTrusted) {
+  Fixture f(Batch({8, 32}));
+  for (double bad : {double{NAN}, 1.5, -0.1, double{INFINITY}}) {
+    f.probe.Set(bad);
+    const MemoryState m = f.runtime->ReadMemory();
+    EXPECT_FALSE(m.high);
+    EXPECT_FALSE(m.usage.has_value());
+    EXPECT_THAT(m.error, HasSubstr("expected a fraction in [0, 1]"));
+  }
+  auto record = f.runtime->RunOnce(10.0);
+  ASSERT_TRUE(record.ok());
+  EXPECT_FALSE(record->memory.error.empty());
+  EXPECT_FALSE(f.logs.empty());
+}
+
+TEST(Runtime, CommitUpdateReplacesGearsAtomically) {
+  Fixture f(Batch({8, 32}));
+  EXPECT_FALSE(f.runtime->CommitUpdate({{0, 8}}, 1.0).ok());
+  EXPECT_THAT(f.runtime->GetSnapshot()->gears(0), ElementsAre(8, 32));
+  auto r = f.runtime->CommitUpdate({{16, 64}}, 1.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->removed[0], ElementsAre(8, 32));
+  EXPECT_THAT(r->added[0], ElementsAre(16, 64));
+  EXPECT_THAT(f.runtime->GetSnapshot()->gears(0), ElementsAre(16, 64));
+}
+
+// The gear set settles under stationary traffic and then never changes,
+// for many update rounds, seeds and option sets.
+struct StationaryCase {
+  const char* name;
+  double protect;
+  double margin;
+  int64_t min_samples;
+  double loss;
+  int64_t add_min = 5;
+};
+
+class Stationary : public ::testing::TestWithParam<StationaryCase> {};
+
+TEST_P(Stationary, NoFlappingAfterWarmUp) {
+  const StationaryCase c = GetParam();
+  for (uint64_t seed : {1u, 2u, 3u, 4u}) {
+    AdaptiveOptions o;
+    o.recent_use_protect_seconds = c.protect;
+    o.hysteresis_margin = c.margin;
+    o.min_samples_per_gear = c.min_samples;
+    o.replace_loss_threshold = c.loss;
+    o.add_min_samples = c.add_min;
+    Fixture f({{"BATCHSIZE", *MakeTimesGears(1, 64), true, false},
+               {"SEQLEN", *MakeTimesGears(16, 2048), false, false}},
+              o);
+    std::mt19937_64 rng(seed);
+    // A fixed mixture: batch sizes from a skewed distribution, prompt
+    // lengths log-normal-ish, clipped to the initial max.
+    std::discrete_distribution<int> batch_pick({30, 20, 15, 10, 10, 8, 7});
+    const int64_t batch_values[] = {1, 3, 6, 12, 20, 40, 57};
+    std::lognormal_distribution<double> seq_dist(6.0, 0.8);
+    const double rate = 20.0;  // requests per second
+    const int rounds = 120;
+    double t = 0.0;
+    // After warm-up: no value may be both added and removed, or changed
+    // twice (a flap); the only change allowed is the one-time eviction of a
+    // rare-tail gear (under 0.1% of the window's hits) that a window happened
+    // to miss entirely.
+    std::map<std::pair<int, int64_t>, int> changes;
+    int flaps = 0;
+    int changes_after_warmup = 0;
+    for (int round = 1; round <= rounds; ++round) {
+      const double end = round * 300.0;
+      for (; t < end; t += 1.0 / rate) {
+        const int64_t b = batch_values[batch_pick(rng)];
+        const int64_t s = std::clamp<int64_t>(static_cast<int64_t>(seq_dist(rng)), 1, 2048);
+        f.Request({b, s}, t);
+      }
+      auto r = f.runtime->RunOnce(end);
+      ASSERT_TRUE(r.ok());
+      if (round <= 40 || !r->changed) continue;
+      ++changes_after_warmup;
+      if (getenv("GEARBOX_DEBUG")) std::cerr << UpdateRecordToJson(*r) << "\n";
+      for (int d = 0; d < 2; ++d) {
+        EXPECT_THAT(r->added[d], IsEmpty()) << c.name << " seed " << seed << " round " << round;
+        for (int64_t g : r->removed[d]) {
+          if (++changes[{d, g}] > 1) ++flaps;
+          for (const GearRecord& gr : r->gears) {
+            if (gr.gear == g && gr.dimension == r->dimensions[d]) {
+              EXPECT_LT(gr.hit_rate, 0.001) << c.name << " seed " << seed << " evicted " << g;
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(flaps, 0) << c.name << " seed " << seed;
+    EXPECT_LE(changes_after_warmup, 2) << c.name << " seed " << seed << " final "
+                                       << f.runtime->GetSnapshot()->DebugString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Options, Stationary,
+    ::testing::Values(StationaryCase{"defaults", 300, 0.05, 5, 0.6},
+                      StationaryCase{"no_protection", 0, 0.05, 5, 0.6},
+                      StationaryCase{"no_protection_no_margin", 0, 0.0, 5, 0.6},
+                      StationaryCase{"loss_filter_off", 0, 0.05, 0, 10.0},
+                      StationaryCase{"twitchy", 0, 0.0, 1, 0.6, 1}),
+    [](const ::testing::TestParamInfo<StationaryCase>& param_info) {
+      return std::string(param_info.param.name);
+    });
+
+TEST(Runtime, SeedOscillationCaseNeverChangesTheGearSet) {
+  AdaptiveOptions o;
+  o.recent_use_protect_seconds = 0;
+  Fixture f(Batch({32, 64}), o);
+  double t = 0;
+  for (int round = 1; round <= 50; ++round) {
+    for (; t < round * 60.0; t += 0.5) f.Request({32}, t);
+    auto r = f.runtime->RunOnce(round * 60.0);
+    ASSERT_TRUE(r.ok());
+    ASSERT_FALSE(r->changed) << "round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace gearbox

@@ -1,0 +1,152 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gearbox/stats.h"
+#include "src/stats/gear_window.h"
+
+namespace gearbox {
+namespace {
+
+using internal::GearWindow;
+using internal::WindowGeometry;
+
+TEST(RawSampleHistogram, ExactBelow256) {
+  for (int64_t v = 1; v < 256; ++v) {
+    EXPECT_EQ(RawSampleHistogram::BinValue(RawSampleHistogram::BinOf(v)), v);
+  }
+}
+
+TEST(RawSampleHistogram, BinsTileTheRangeAndBoundTheError) {
+  int64_t expected_low = 256;
+  for (int64_t bin = 256; bin < 256 + 128 * 20; ++bin) {
+    ASSERT_EQ(RawSampleHistogram::BinLow(bin), expected_low) << bin;
+    expected_low += RawSampleHistogram::BinWidth(bin);
+  }
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 100000; ++i) {
+    const int64_t v = 1 + static_cast<int64_t>(rng() % (int64_t{1} << (1 + rng() % 40)));
+    const int64_t bin = RawSampleHistogram::BinOf(v);
+    ASSERT_GE(v, RawSampleHistogram::BinLow(bin));
+    ASSERT_LT(v, RawSampleHistogram::BinLow(bin) + RawSampleHistogram::BinWidth(bin));
+    const double err = std::abs(static_cast<double>(RawSampleHistogram::BinValue(bin) - v)) /
+                       static_cast<double>(v);
+    ASSERT_LE(err, 1.0 / 256.0) << v;
+  }
+  EXPECT_GT(RawSampleHistogram::BinOf(INT64_MAX), 0);
+}
+
+TEST(RawSampleHistogram, MedianMatchesPythonIntStatisticsMedian) {
+  RawSampleHistogram h;
+  EXPECT_EQ(h.Median(), 0);
+  for (int64_t v : {5, 1, 9}) h.Add(v);
+  EXPECT_EQ(h.Median(), 5);  // odd: the middle
+  h.Add(10);
+  EXPECT_EQ(h.Median(), 7);  // even: (5 + 9) / 2
+  h.Add(2);
+  h.Add(2, 4);
+  EXPECT_EQ(h.total(), 9u);
+  EXPECT_EQ(h.Median(), 2);  // 1,2,2,2,2,2,5,9,10
+  RawSampleHistogram even;
+  even.Add(3);
+  even.Add(6);
+  EXPECT_EQ(even.Median(), 4);  // int(4.5)
+}
+
+TEST(RawSampleHistogram, MergeAndRandomMedianWithinBound) {
+  std::mt19937_64 rng(11);
+  std::vector<int64_t> all;
+  RawSampleHistogram a, b;
+  for (int i = 0; i < 5001; ++i) {
+    const int64_t v = 1 + static_cast<int64_t>(rng() % 9000);
+    all.push_back(v);
+    (i % 2 ? a : b).Add(v);
+  }
+  a.Merge(b);
+  EXPECT_EQ(a.total(), all.size());
+  std::sort(all.begin(), all.end());
+  const int64_t truth = all[all.size() / 2];
+  EXPECT_LE(std::abs(a.Median() - truth), truth / 256 + 1);
+}
+
+TEST(GearWindow, DecayedSumsAreExact) {
+  const WindowGeometry geo = WindowGeometry::Make(300, 30, 150);
+  GearWindow w(32, 0.0, geo);
+  // Two padded events and one split event against gear 32.
+  ASSERT_TRUE(w.Add(100.0, 16, 1, geo));
+  ASSERT_TRUE(w.Add(175.0, 32, 2, geo));
+  ASSERT_TRUE(w.Add(250.0, 48, 1, geo));
+  const double now = 250.0;
+  const GearStats s = w.Summarize(now, geo);
+  const std::vector<RawEvent> events = {{16, 100.0, 1}, {32, 175.0, 2}, {48, 250.0, 1}};
+  const GearStats exact = MakeGearStats(32, events, now, 150.0);
+  const double l = std::log(2.0) / 150.0;
+  const double w1 = std::exp(-l * 150), w2 = 2 * std::exp(-l * 75), w3 = 1.0;
+  EXPECT_NEAR(s.weighted_hits, w1 + w2 + w3, 1e-12);
+  EXPECT_NEAR(s.weighted_hits, exact.weighted_hits, 1e-12);
+  EXPECT_NEAR(s.avg_pad_ratio, (w1 * 0.5) / (w1 + w2 + w3), 1e-12);
+  EXPECT_NEAR(s.avg_split_ratio, (w3 * 16.0 / 48.0) / (w1 + w2 + w3), 1e-12);
+  EXPECT_NEAR(s.avg_pad_ratio, exact.avg_pad_ratio, 1e-12);
+  EXPECT_NEAR(s.avg_split_ratio, exact.avg_split_ratio, 1e-12);
+  EXPECT_EQ(s.sample_count, 4u);
+  EXPECT_EQ(s.pad_sample_count, 1u);
+  EXPECT_EQ(s.split_sample_count, 1u);
+  EXPECT_EQ(s.unsplit_sample_count, 3u);
+  EXPECT_NEAR(s.unsplit_raw_weighted, w1 * 16 + w2 * 32, 1e-9);
+  EXPECT_EQ(s.raw_samples.Median(), 32);  // 16, 32, 32, 48
+  EXPECT_EQ(s.last_hit_ts, 250.0);
+  EXPECT_EQ(s.created_ts, 0.0);
+}
+
+TEST(GearWindow, HalfLifeHalvesTheWeight) {
+  const WindowGeometry geo = WindowGeometry::Make(300, 30, 150);
+  GearWindow w(8, 0.0, geo);
+  ASSERT_TRUE(w.Add(10.0, 8, 1, geo));
+  EXPECT_NEAR(w.Summarize(160.0, geo).weighted_hits, 0.5, 1e-12);
+  EXPECT_NEAR(w.Summarize(10.0, geo).weighted_hits, 1.0, 1e-12);
+}
+
+TEST(GearWindow, SlotsLeaveTheWindowWhole) {
+  const WindowGeometry geo = WindowGeometry::Make(300, 30, 150);  // 10 s slots
+  GearWindow w(8, 0.0, geo);
+  ASSERT_TRUE(w.Add(5.0, 4, 1, geo));    // slot [0, 10)
+  ASSERT_TRUE(w.Add(15.0, 8, 1, geo));   // slot [10, 20)
+  EXPECT_EQ(w.Summarize(309.0, geo).sample_count, 2u);  // slot [0,10) overlaps [9, 309]
+  EXPECT_EQ(w.Summarize(310.0, geo).sample_count, 1u);  // [0,10) ends at the window start
+  EXPECT_EQ(w.Summarize(320.0, geo).sample_count, 0u);
+  // Slots that start after `now` are not counted.
+  EXPECT_EQ(w.Summarize(-1.0, geo).sample_count, 0u);
+}
+
+TEST(GearWindow, LateEventsBeyondTheRingAreRejected) {
+  const WindowGeometry geo = WindowGeometry::Make(300, 30, 150);
+  GearWindow w(8, 0.0, geo);
+  ASSERT_TRUE(w.Add(1000.0, 8, 1, geo));
+  EXPECT_FALSE(w.Add(1000.0 - 320.0, 8, 1, geo));  // ring holds 31 slots of 10 s
+  EXPECT_TRUE(w.Add(1000.0 - 250.0, 8, 1, geo));
+  EXPECT_EQ(w.Summarize(1000.0, geo).sample_count, 2u);
+}
+
+TEST(GearWindow, MemoryStaysBoundedWhateverTheRate) {
+  const WindowGeometry geo = WindowGeometry::Make(300, 30, 150);
+  GearWindow w(1024, 0.0, geo);
+  std::mt19937_64 rng(3);
+  // 10k requests/s for 10 simulated minutes: 6 million samples.
+  for (int64_t i = 0; i < 6000000; ++i) {
+    const double t = static_cast<double>(i) / 10000.0;
+    ASSERT_TRUE(w.Add(t, 513 + static_cast<int64_t>(rng() % 512), 1, geo));
+  }
+  // Raw sizes 513..1024 span 129 bins; a slot's counts never hold more than
+  // twice that (vector growth), whatever the number of samples.
+  EXPECT_LT(w.MemoryBytes(), 31u * (2 * 130 * sizeof(uint64_t) + 256)) << w.MemoryBytes();
+  const GearStats s = w.Summarize(600.0, geo);
+  EXPECT_GT(s.sample_count, 2900000u);
+  EXPECT_NEAR(static_cast<double>(s.raw_samples.Median()), 768.0, 768.0 / 100);
+}
+
+}  // namespace
+}  // namespace gearbox
