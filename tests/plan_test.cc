@@ -36,8 +36,8 @@ TEST(MakePlan, PadsUpToTheNearestGear) {
   EXPECT_EQ(d.groups[0].gear, 4);
   EXPECT_EQ(d.groups[0].extent, 3);
   EXPECT_EQ(d.groups[0].count, 1);
-  EXPECT_EQ(d.groups[0].event_raw, 3);
-  EXPECT_EQ(d.groups[0].event_gear, 4);
+  EXPECT_EQ(d.event_raw(0), 3);
+  EXPECT_EQ(d.event_gear(0), 4);
   EXPECT_EQ(plan->num_variants(), 1);
   EXPECT_DOUBLE_EQ(plan->padded_volume(), 4.0);
   EXPECT_DOUBLE_EQ(plan->raw_volume(), 3.0);
@@ -64,14 +64,14 @@ TEST(MakePlan, SplitsAboveTheMaxWithARemainder) {
   EXPECT_EQ(d.groups[0].gear, 32);
   EXPECT_EQ(d.groups[0].extent, 32);
   EXPECT_EQ(d.groups[0].count, 3);
-  EXPECT_EQ(d.groups[0].event_raw, 100);
-  EXPECT_EQ(d.groups[0].event_gear, 32);
+  EXPECT_EQ(d.event_raw(0), 100);
+  EXPECT_EQ(d.event_gear(0), 32);
   // Remainder: its own size, its own gear, its own padding.
   EXPECT_EQ(d.groups[1].gear, 4);
   EXPECT_EQ(d.groups[1].extent, 4);
   EXPECT_EQ(d.groups[1].offset, 96);
-  EXPECT_EQ(d.groups[1].event_raw, 4);
-  EXPECT_EQ(d.groups[1].event_gear, 4);
+  EXPECT_EQ(d.event_raw(1), 4);
+  EXPECT_EQ(d.event_gear(1), 4);
   EXPECT_EQ(plan->num_variants(), 4);
   EXPECT_DOUBLE_EQ(plan->padded_volume(), 100.0);
 }
@@ -116,8 +116,8 @@ TEST(MakePlan, EagerFallbackRunsAtExactSize) {
   EXPECT_TRUE(plan->any_eager());
   EXPECT_EQ(d.groups[0].gear, 300);
   EXPECT_EQ(d.groups[0].extent, 300);
-  EXPECT_EQ(d.groups[0].event_raw, 300);
-  EXPECT_EQ(d.groups[0].event_gear, 256);  // counted as overflow on the max gear
+  EXPECT_EQ(d.event_raw(0), 300);
+  EXPECT_EQ(d.event_gear(0), 256);  // counted as overflow on the max gear
   EXPECT_DOUBLE_EQ(plan->padded_volume(), 8.0 * 300.0);
 }
 

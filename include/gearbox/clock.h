@@ -35,12 +35,15 @@ class Clock {
   virtual ~Clock() = default;
   // Seconds; the epoch is the clock's own (Unix time for SystemClock).
   virtual double NowSeconds() const = 0;
-  // Blocks until NowSeconds() >= deadline (returns true) or `signal` is
-  // notified (returns false; a pending notification returns at once).
+  // Blocks until NowSeconds() >= deadline (returns true), or `signal` is
+  // notified (a pending notification returns at once), or the clock moves
+  // backwards during the sleep (both return false; the caller re-reads the
+  // time and decides).
   virtual bool SleepUntil(double deadline, WakeSignal* signal) = 0;
 };
 
-// Wall-clock time (Unix seconds); sleeps use real time.
+// Wall-clock time (Unix seconds, CLOCK_REALTIME_COARSE: resolution of a few
+// milliseconds); sleeps use real time.
 class SystemClock final : public Clock {
  public:
   double NowSeconds() const override;
@@ -59,15 +62,22 @@ class ManualClock final : public Clock {
   bool SleepUntil(double deadline, WakeSignal* signal) override;
   void Set(double seconds);
   void Advance(double seconds) { Set(NowSeconds() + seconds); }
-  // Threads sleeping right now (tests use it to know a worker is parked).
+  // Threads sleeping right now.
   int sleepers() const;
+  // Blocks until at least `n` threads sleep on this clock (tests use it to
+  // know a worker is parked before moving time).
+  void WaitForSleepers(int n) const;
+  // Blocks until SleepUntil has been entered at least `n` times in all.
+  void WaitForSleepsBegun(uint64_t n) const;
 
  private:
   void WakeAll();
 
   std::atomic<double> now_;  // written by Set; read anywhere
   mutable Mutex mu_;         // guards the sleeper set; taken before a WakeSignal's mutex
+  mutable CondVar sleepers_changed_;
   std::set<WakeSignal*> sleepers_ ABSL_GUARDED_BY(mu_);
+  uint64_t sleeps_begun_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gearbox

@@ -68,7 +68,19 @@ class GearSet {
   bool Contains(int d, int64_t gear) const;
   // The gear a raw size maps to: the smallest gear >= raw (the smallest gear
   // for any raw at or below it). Returns -1 when raw exceeds the largest gear.
-  int64_t MapToGear(int d, int64_t raw) const;
+  // Branch-free binary search: request sizes are unpredictable.
+  int64_t MapToGear(int d, int64_t raw) const {
+    const std::vector<int64_t>& g = dimensions_[d].gears;
+    if (raw > g.back()) return -1;
+    const int64_t* base = g.data();
+    size_t n = g.size();
+    while (n > 1) {
+      const size_t half = n / 2;
+      base = (base[half - 1] < raw) ? base + half : base;
+      n -= half;
+    }
+    return *base;
+  }
 
   // Monotonically increasing per runtime; 1 for the initial set.
   uint64_t version() const { return version_; }

@@ -12,31 +12,32 @@
 
 namespace gearbox {
 
-// `count` identical chunks along one dimension.
+// `count` identical chunks along one dimension. Plain data: a plan sets
+// every field of the groups it uses and never reads the others.
 struct ChunkGroup {
-  int64_t gear = 0;    // compiled size of each chunk (the exact size when eager)
-  int64_t extent = 0;  // valid (unpadded) size of each chunk; gear - extent is padding
-  int64_t count = 0;   // how many such chunks
-  int64_t offset = 0;  // where the first of them starts in the request
-  // What the statistics record for each of these chunks. A full chunk of a
-  // split records the whole request size against the largest gear (so the
-  // split-driven rule proposes the median oversize request); a remainder or
-  // a padded request records its own size against its own gear; an eager
-  // request records its size against the largest gear as overflow.
-  int64_t event_raw = 0;
-  int64_t event_gear = 0;
+  int64_t gear;    // compiled size of each chunk (the exact size when eager)
+  int64_t extent;  // valid (unpadded) size of each chunk; gear - extent is padding
+  int64_t count;   // how many such chunks
+  int64_t offset;  // where the first of them starts in the request
 };
 
 // How one dimension of a request is handled.
 struct DimensionPlan {
-  int64_t raw = 0;       // the request's size along this dimension
-  int64_t max_gear = 0;  // the snapshot's largest gear for it
-  bool split = false;    // raw > max_gear on a splittable dimension
-  bool eager = false;    // raw > max_gear on a dimension with eager fallback
-  int num_groups = 0;    // 1, or 2 when a split leaves a remainder
+  int64_t raw;       // the request's size along this dimension
+  int64_t max_gear;  // the snapshot's largest gear for it
+  bool split;        // raw > max_gear on a splittable dimension
+  bool eager;        // raw > max_gear on a dimension with eager fallback
+  int num_groups;    // 1, or 2 when a split leaves a remainder
   ChunkGroup groups[2];
 
   int64_t num_chunks() const;
+  // What the statistics record for each chunk of group `g`. A full chunk of
+  // a split records the whole request size against the largest gear (so the
+  // split-driven rule proposes the median oversize request); a remainder or
+  // a padded request records its own size against its own gear; an eager
+  // request records its size against the largest gear as overflow.
+  int64_t event_raw(int g) const { return split && g == 0 ? raw : groups[g].extent; }
+  int64_t event_gear(int g) const { return eager ? max_gear : groups[g].gear; }
 };
 
 // One executed shape: a chunk in every dimension.
@@ -61,13 +62,13 @@ class Plan {
   const DimensionPlan& dimension(int d) const { return dimensions_[d]; }
 
   // Executed variants: the product over dimensions of their chunk counts.
-  int64_t num_variants() const;
+  int64_t num_variants() const { return num_variants_; }
   bool any_split() const;
   bool any_eager() const;
 
   // Groups of identical variants (at most 2^num_dimensions), for recording
   // one event per executed variant without visiting each chunk.
-  int num_variant_groups() const;
+  int num_variant_groups() const { return num_variant_groups_; }
   VariantGroup variant_group(int index) const;
 
   // Visits every executed variant, the last dimension varying fastest.
@@ -80,15 +81,20 @@ class Plan {
   double raw_volume() const;
 
  private:
-  friend absl::StatusOr<Plan> MakePlan(const GearSet&, std::span<const int64_t>);
+  friend absl::Status MakePlan(const GearSet&, std::span<const int64_t>, Plan*);
   uint64_t snapshot_version_ = 0;
   int num_dimensions_ = 0;
-  DimensionPlan dimensions_[kMaxDimensions];
+  int num_variant_groups_ = 0;  // product of num_groups
+  int64_t num_variants_ = 0;    // product of num_chunks
+  DimensionPlan dimensions_[kMaxDimensions];  // only the first num_dimensions_ are set
 };
 
-// Plans a request with `raw[d]` along dimension d of `gears`. Pure, no
-// allocation on success. Errors: wrong number of sizes, a size < 1, a size
-// above the largest gear of a dimension that neither splits nor falls back.
+// Plans a request with `raw[d]` along dimension d of `gears` into *plan.
+// Pure, no allocation on success. Errors: wrong number of sizes, a size < 1,
+// a size above the largest gear of a dimension that neither splits nor
+// falls back; *plan is then unspecified.
+absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* plan);
+// The same, returning the plan (one copy more).
 absl::StatusOr<Plan> MakePlan(const GearSet& gears, std::span<const int64_t> raw);
 
 template <typename Visitor>

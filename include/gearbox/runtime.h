@@ -104,7 +104,7 @@ class AdaptiveGearRuntime {
   // event hit. Errors name the bad field (sizes, gears, count).
   absl::Status RecordEvent(const GearEvent& event, std::span<const GraphKey> cleanup_keys = {});
   // Attaches the keys a variant's compile produced to every gear it hit
-  // (`gears`: the variant's gear per dimension, as ChunkGroup::event_gear).
+  // (`gears`: the variant's gear per dimension, as DimensionPlan::event_gear).
   // If one of those gears was evicted meanwhile, the keys are released at
   // once instead (returns false): the variant can never run again.
   bool AttachCleanupKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys);

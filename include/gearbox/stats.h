@@ -23,12 +23,25 @@ class RawSampleHistogram {
   static constexpr int64_t kExactBelow = 256;
   static constexpr int kSubBinsPerOctave = 128;
 
-  static int64_t BinOf(int64_t value);     // value >= 1
+  static int64_t BinOf(int64_t value) {  // value >= 1
+    if (value < kExactBelow) return value < 0 ? 0 : value;
+    const int octave = 63 - __builtin_clzll(static_cast<unsigned long long>(value));
+    const int64_t sub = (value >> (octave - 7)) - kSubBinsPerOctave;
+    return kExactBelow + static_cast<int64_t>(octave - 8) * kSubBinsPerOctave + sub;
+  }
   static int64_t BinLow(int64_t bin);      // smallest value in the bin
   static int64_t BinWidth(int64_t bin);
   static int64_t BinValue(int64_t bin);    // representative: the midpoint, rounded down
 
-  void Add(int64_t value, uint64_t count = 1);
+  void Add(int64_t value, uint64_t count = 1) {
+    const int64_t offset = BinOf(value) - first_bin_;
+    if (offset >= 0 && offset < static_cast<int64_t>(counts_.size())) {
+      counts_[static_cast<size_t>(offset)] += count;  // the common case: a bin already covered
+      total_ += count;
+    } else {
+      AddSlow(value, count);
+    }
+  }
   void Merge(const RawSampleHistogram& other);
   void Clear();
 
@@ -53,6 +66,7 @@ class RawSampleHistogram {
 
  private:
   void Cover(int64_t bin);
+  void AddSlow(int64_t value, uint64_t count);
   // Value of the k-th smallest sample (0-based), k < total_.
   int64_t KthValue(uint64_t k) const;
 

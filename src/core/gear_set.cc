@@ -116,12 +116,6 @@ bool GearSet::Contains(int d, int64_t gear) const {
   return std::binary_search(g.begin(), g.end(), gear);
 }
 
-int64_t GearSet::MapToGear(int d, int64_t raw) const {
-  const auto& g = dimensions_[d].gears;
-  auto it = std::lower_bound(g.begin(), g.end(), raw);
-  return it == g.end() ? -1 : *it;
-}
-
 absl::StatusOr<GearSet> GearSet::WithGears(const std::vector<std::vector<int64_t>>& gears,
                                            uint64_t version, double created_at) const {
   if (gears.size() != dimensions_.size()) {

@@ -12,12 +12,6 @@ int64_t DimensionPlan::num_chunks() const {
   return chunks;
 }
 
-int64_t Plan::num_variants() const {
-  int64_t variants = 1;
-  for (int d = 0; d < num_dimensions_; ++d) variants *= dimensions_[d].num_chunks();
-  return variants;
-}
-
 bool Plan::any_split() const {
   return std::any_of(dimensions_, dimensions_ + num_dimensions_,
                      [](const DimensionPlan& d) { return d.split; });
@@ -26,12 +20,6 @@ bool Plan::any_split() const {
 bool Plan::any_eager() const {
   return std::any_of(dimensions_, dimensions_ + num_dimensions_,
                      [](const DimensionPlan& d) { return d.eager; });
-}
-
-int Plan::num_variant_groups() const {
-  int groups = 1;
-  for (int d = 0; d < num_dimensions_; ++d) groups *= dimensions_[d].num_groups;
-  return groups;
 }
 
 VariantGroup Plan::variant_group(int index) const {
@@ -66,53 +54,63 @@ double Plan::raw_volume() const {
   return volume;
 }
 
-absl::StatusOr<Plan> MakePlan(const GearSet& gears, std::span<const int64_t> raw) {
+absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* plan) {
   const int n = gears.num_dimensions();
   if (static_cast<int>(raw.size()) != n) {
     return internal::InvalidField("dims", internal::Cat(raw.size(), " sizes"),
                                   internal::Cat("one size per dimension (", n, ")"));
   }
-  Plan plan;
-  plan.snapshot_version_ = gears.version();
-  plan.num_dimensions_ = n;
+  plan->snapshot_version_ = gears.version();
+  plan->num_dimensions_ = n;
+  plan->num_variant_groups_ = 1;
+  plan->num_variants_ = 1;
   for (int d = 0; d < n; ++d) {
     const int64_t size = raw[d];
     const DimensionSpec& spec = gears.dimension(d);
     if (size < 1) {
       return internal::InvalidFieldValue(spec.name, size, "request sizes must be >= 1");
     }
-    DimensionPlan& dp = plan.dimensions_[d];
+    DimensionPlan& dp = plan->dimensions_[d];
     dp.raw = size;
     dp.max_gear = spec.gears.back();
+    dp.split = false;
+    dp.eager = false;
     const int64_t gear = gears.MapToGear(d, size);
     if (gear > 0) {
       dp.num_groups = 1;
-      dp.groups[0] = {gear, size, 1, 0, size, gear};
-      continue;
+      dp.groups[0] = {gear, size, 1, 0};
+      continue;  // one chunk: the products are unchanged
     }
     const int64_t max = dp.max_gear;
     if (spec.splittable) {
       dp.split = true;
       const int64_t full = size / max;
       const int64_t rest = size % max;
-      dp.groups[0] = {max, max, full, 0, size, max};
+      dp.groups[0] = {max, max, full, 0};
       dp.num_groups = 1;
       if (rest > 0) {
-        const int64_t rest_gear = gears.MapToGear(d, rest);
-        dp.groups[1] = {rest_gear, rest, 1, full * max, rest, rest_gear};
+        dp.groups[1] = {gears.MapToGear(d, rest), rest, 1, full * max};
         dp.num_groups = 2;
       }
+      plan->num_variant_groups_ *= dp.num_groups;
+      plan->num_variants_ *= dp.num_chunks();
     } else if (spec.eager_fallback) {
       dp.eager = true;
       dp.num_groups = 1;
-      dp.groups[0] = {size, size, 1, 0, size, max};
+      dp.groups[0] = {size, size, 1, 0};
     } else {
       return internal::InvalidFieldValue(
           spec.name, size,
           internal::Cat("the largest gear is ", max,
-                       " and this dimension neither splits nor has eager_fallback"));
+                        " and this dimension neither splits nor has eager_fallback"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> MakePlan(const GearSet& gears, std::span<const int64_t> raw) {
+  Plan plan;
+  if (absl::Status s = MakePlan(gears, raw, &plan); !s.ok()) return s;
   return plan;
 }
 

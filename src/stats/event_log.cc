@@ -46,7 +46,7 @@ void EventLog::Recycle(std::vector<EventBuffer*>& buffers) {
 size_t EventLog::Append(double time, int64_t count, const int64_t* raw,
                         const int64_t* gear) noexcept {
   Shard& shard = shards_[ThreadShard()];
-  MutexLock lock(&shard.mu);
+  SpinLockHolder lock(&shard.mu);
   if (shard.active == nullptr) shard.active = TakeEmpty();
   int64_t* e = shard.active->Next();
   ++shard.appended;
@@ -65,18 +65,24 @@ size_t EventLog::Append(double time, int64_t count, const int64_t* raw,
 size_t EventLog::AppendPlan(const Plan& plan, double time) noexcept {
   Shard& shard = shards_[ThreadShard()];
   size_t waiting = 0;
-  MutexLock lock(&shard.mu);
-  for (int i = 0, n = plan.num_variant_groups(); i < n; ++i) {
-    const VariantGroup vg = plan.variant_group(i);
+  SpinLockHolder lock(&shard.mu);
+  const int groups = plan.num_variant_groups();
+  for (int i = 0; i < groups; ++i) {
+    VariantGroup vg;  // groups == 1, the common case: all group indexes 0
+    if (groups == 1) {
+      vg.count = plan.num_variants();
+    } else {
+      vg = plan.variant_group(i);
+    }
     if (shard.active == nullptr) shard.active = TakeEmpty();
     int64_t* e = shard.active->Next();
     ++shard.appended;
     e[0] = std::bit_cast<int64_t>(time);
     e[1] = vg.count;
     for (int d = 0; d < num_dimensions_; ++d) {
-      const ChunkGroup& g = plan.dimension(d).groups[vg.group[d]];
-      e[2 + 2 * d] = g.event_raw;
-      e[3 + 2 * d] = g.event_gear;
+      const DimensionPlan& dp = plan.dimension(d);
+      e[2 + 2 * d] = dp.event_raw(vg.group[d]);
+      e[3 + 2 * d] = dp.event_gear(vg.group[d]);
     }
     if (shard.active->full()) {
       waiting = HandOff(shard.active);
@@ -89,7 +95,7 @@ size_t EventLog::AppendPlan(const Plan& plan, double time) noexcept {
 uint64_t EventLog::appended() const {
   uint64_t total = 0;
   for (Shard& shard : shards_) {
-    MutexLock lock(&shard.mu);
+    SpinLockHolder lock(&shard.mu);
     total += shard.appended;
   }
   return total;

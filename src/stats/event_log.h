@@ -2,8 +2,8 @@
 //
 // Events are appended to per-thread-ish shards (a thread always uses the
 // same shard; threads share one only when there are more threads than
-// shards). Each shard has its own small mutex, uncontended in the common
-// case, and a fixed-size buffer. A full buffer is handed off (the shard
+// shards). Each shard has its own spin lock, uncontended in the common case
+// (held for a few nanoseconds), and a fixed-size buffer. A full buffer is handed off (the shard
 // takes an empty one) to be folded into the window statistics by whoever
 // drains: the worker thread when one runs, else the recording thread itself
 // (the runtime decides; see AdaptiveGearRuntime). Nothing is ever dropped.
@@ -78,7 +78,7 @@ class EventLog {
 
  private:
   struct alignas(64) Shard {
-    Mutex mu;
+    SpinLock mu;
     EventBuffer* active ABSL_GUARDED_BY(mu) = nullptr;
     uint64_t appended ABSL_GUARDED_BY(mu) = 0;  // events ever appended here
   };
@@ -105,7 +105,7 @@ void EventLog::Drain(Fold&& fold, bool only_full) {
   std::vector<EventBuffer*> buffers;
   if (!only_full) {
     for (Shard& shard : shards_) {
-      MutexLock lock(&shard.mu);
+      SpinLockHolder lock(&shard.mu);
       if (shard.active != nullptr && !shard.active->empty()) {
         buffers.push_back(shard.active);
         shard.active = nullptr;

@@ -11,17 +11,22 @@ WindowGeometry WindowGeometry::Make(double window_seconds, int slots, double hal
   g.window_seconds = window_seconds;
   g.slots = slots;
   g.slot_seconds = window_seconds / slots;
+  g.inverse_slot_seconds = 1.0 / g.slot_seconds;
   g.lambda = std::log(2.0) / half_life_seconds;
   return g;
 }
 
 int64_t WindowGeometry::SlotIndex(double t) const {
-  return static_cast<int64_t>(std::floor(t / slot_seconds));
+  return static_cast<int64_t>(std::floor(t * inverse_slot_seconds));
+}
+
+double WindowGeometry::SlotWeight(double t, int64_t index) const {
+  return std::exp(lambda * (t - SlotStart(index)));
 }
 
 void GearWindow::Slot::Reset(int64_t new_index) {
   index = new_index;
-  weight = pad_weighted = split_weighted = unsplit_weight = unsplit_raw_weighted = 0.0;
+  weight = unsplit_weight = unsplit_raw_weighted = split_weight = split_inv_raw_weighted = 0.0;
   samples = pad_samples = split_samples = unsplit_samples = 0;
   raw.Clear();
 }
@@ -32,31 +37,34 @@ GearWindow::GearWindow(int64_t gear, double created_ts, const WindowGeometry& ge
       last_hit_ts_(-std::numeric_limits<double>::infinity()),
       ring_(static_cast<size_t>(geometry.slots + 1)) {}
 
-bool GearWindow::Add(double t, int64_t raw, uint64_t count, const WindowGeometry& geometry) {
-  const int64_t index = geometry.SlotIndex(t);
-  const int64_t ring = static_cast<int64_t>(ring_.size());
-  if (newest_slot_ != INT64_MIN && index < newest_slot_ - geometry.slots) return false;
-  newest_slot_ = std::max(newest_slot_, index);
-  Slot& slot = ring_[static_cast<size_t>(((index % ring) + ring) % ring)];
-  if (slot.index != index) {
-    if (slot.index > index) return false;  // late by more than the ring holds
-    slot.Reset(index);
+bool GearWindow::AddToSlot(int64_t index, double w, double t, int64_t raw, uint64_t count,
+                           const WindowGeometry& geometry) {
+  Slot* target = newest_;
+  if (index != newest_slot_) {
+    if (newest_slot_ != INT64_MIN && index < newest_slot_ - geometry.slots) return false;
+    const int64_t ring = static_cast<int64_t>(ring_.size());
+    target = &ring_[static_cast<size_t>(((index % ring) + ring) % ring)];
+    if (target->index != index) {
+      if (target->index > index) return false;  // late by more than the ring holds
+      target->Reset(index);
+    }
+    if (index > newest_slot_) {
+      newest_slot_ = index;
+      newest_ = target;
+    }
   }
-  const double w =
-      std::exp(geometry.lambda * (t - geometry.SlotStart(index))) * static_cast<double>(count);
+  Slot& slot = *target;
   slot.weight += w;
   slot.samples += count;
   slot.raw.Add(raw, count);
   if (raw <= gear_) {
-    const double g = static_cast<double>(gear_);
-    slot.pad_weighted += w * (g - static_cast<double>(raw)) / g;
     if (raw < gear_) slot.pad_samples += count;
     slot.unsplit_weight += w;
     slot.unsplit_raw_weighted += w * static_cast<double>(raw);
     slot.unsplit_samples += count;
   } else {
-    const double r = static_cast<double>(raw);
-    slot.split_weighted += w * (r - static_cast<double>(gear_)) / r;
+    slot.split_weight += w;
+    slot.split_inv_raw_weighted += w / static_cast<double>(raw);
     slot.split_samples += count;
   }
   last_hit_ts_ = std::max(last_hit_ts_, t);
@@ -68,8 +76,8 @@ GearStats GearWindow::Summarize(double now, const WindowGeometry& geometry) cons
   s.gear = gear_;
   s.created_ts = created_ts_;
   s.last_hit_ts = last_hit_ts_;
-  double pad_weighted = 0.0;
-  double split_weighted = 0.0;
+  double split_weight = 0.0;
+  double split_inv_raw_weighted = 0.0;
   const double window_start = now - geometry.window_seconds;
   for (const Slot& slot : ring_) {
     if (slot.index == INT64_MIN || slot.samples == 0) continue;
@@ -77,8 +85,8 @@ GearStats GearWindow::Summarize(double now, const WindowGeometry& geometry) cons
     if (start > now || start + geometry.slot_seconds <= window_start) continue;
     const double factor = std::exp(-geometry.lambda * (now - start));
     s.weighted_hits += slot.weight * factor;
-    pad_weighted += slot.pad_weighted * factor;
-    split_weighted += slot.split_weighted * factor;
+    split_weight += slot.split_weight * factor;
+    split_inv_raw_weighted += slot.split_inv_raw_weighted * factor;
     s.unsplit_weight += slot.unsplit_weight * factor;
     s.unsplit_raw_weighted += slot.unsplit_raw_weighted * factor;
     s.sample_count += slot.samples;
@@ -88,8 +96,11 @@ GearStats GearWindow::Summarize(double now, const WindowGeometry& geometry) cons
     s.raw_samples.Merge(slot.raw);
   }
   if (s.weighted_hits > 0) {
-    s.avg_pad_ratio = pad_weighted / s.weighted_hits;
-    s.avg_split_ratio = split_weighted / s.weighted_hits;
+    const double g = static_cast<double>(gear_);
+    const double pad_weighted = s.unsplit_weight - s.unsplit_raw_weighted / g;
+    const double split_weighted = split_weight - g * split_inv_raw_weighted;
+    s.avg_pad_ratio = std::max(0.0, pad_weighted / s.weighted_hits);
+    s.avg_split_ratio = std::max(0.0, split_weighted / s.weighted_hits);
   }
   return s;
 }

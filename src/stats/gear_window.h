@@ -27,20 +27,33 @@ struct WindowGeometry {
   double window_seconds = 300.0;
   int slots = 30;
   double slot_seconds = 10.0;
+  double inverse_slot_seconds = 0.1;
   double lambda = 0.0;  // ln 2 / half-life
 
   static WindowGeometry Make(double window_seconds, int slots, double half_life_seconds);
   int64_t SlotIndex(double t) const;
   double SlotStart(int64_t index) const { return static_cast<double>(index) * slot_seconds; }
+  // exp(lambda * (t - start of slot `index`)): an event's weight relative to its slot.
+  double SlotWeight(double t, int64_t index) const;
 };
 
 class GearWindow {
  public:
   GearWindow(int64_t gear, double created_ts, const WindowGeometry& geometry);
+  GearWindow(const GearWindow&) = delete;  // newest_ points into ring_
+  GearWindow& operator=(const GearWindow&) = delete;
 
   // Adds `count` samples of size `raw` at time t. Returns false (and adds
   // nothing) when t is older than the window of the newest event seen.
-  bool Add(double t, int64_t raw, uint64_t count, const WindowGeometry& geometry);
+  bool Add(double t, int64_t raw, uint64_t count, const WindowGeometry& geometry) {
+    const int64_t slot = geometry.SlotIndex(t);
+    return AddToSlot(slot, geometry.SlotWeight(t, slot) * static_cast<double>(count), t, raw,
+                     count, geometry);
+  }
+  // The same with the slot and the weight count * exp(lambda (t - slot
+  // start)) computed once by the caller (shared by every dimension of an event).
+  bool AddToSlot(int64_t slot_index, double weight, double t, int64_t raw, uint64_t count,
+                 const WindowGeometry& geometry);
 
   // Statistics at `now` (hit_rate is left for the dimension to fill).
   GearStats Summarize(double now, const WindowGeometry& geometry) const;
@@ -56,11 +69,15 @@ class GearWindow {
  private:
   struct Slot {
     int64_t index = INT64_MIN;  // absolute slot index; INT64_MIN when empty
-    double weight = 0.0;        // sum of c * exp(lambda (t - start))
-    double pad_weighted = 0.0;
-    double split_weighted = 0.0;
-    double unsplit_weight = 0.0;
-    double unsplit_raw_weighted = 0.0;
+    // Sums of w = c * exp(lambda (t - start)). The pad and split sums are
+    // derived at summary time, so folding an event needs no division:
+    //   sum w (g - raw) / g = unsplit_weight - unsplit_raw_weighted / g
+    //   sum w (raw - g) / raw = split_weight - g * split_inv_raw_weighted
+    double weight = 0.0;
+    double unsplit_weight = 0.0;         // raw <= gear
+    double unsplit_raw_weighted = 0.0;   // sum of w * raw, raw <= gear
+    double split_weight = 0.0;           // raw > gear
+    double split_inv_raw_weighted = 0.0; // sum of w / raw, raw > gear
     uint64_t samples = 0;
     uint64_t pad_samples = 0;
     uint64_t split_samples = 0;
@@ -71,6 +88,7 @@ class GearWindow {
 
   int64_t gear_;
   int64_t newest_slot_ = INT64_MIN;  // newest slot index ever written
+  Slot* newest_ = nullptr;           // its slot in ring_ (events mostly land there)
   double created_ts_;
   double last_hit_ts_;
   std::vector<Slot> ring_;

@@ -9,14 +9,6 @@ constexpr int kSubBits = 7;  // log2(kSubBinsPerOctave)
 constexpr int kFirstLogOctave = 8;  // log2(kExactBelow)
 }  // namespace
 
-int64_t RawSampleHistogram::BinOf(int64_t value) {
-  if (value < kExactBelow) return value < 0 ? 0 : value;
-  const int octave = 63 - std::countl_zero(static_cast<uint64_t>(value));
-  const int shift = octave - kSubBits;
-  const int64_t sub = (value >> shift) - kSubBinsPerOctave;
-  return kExactBelow + static_cast<int64_t>(octave - kFirstLogOctave) * kSubBinsPerOctave + sub;
-}
-
 int64_t RawSampleHistogram::BinLow(int64_t bin) {
   if (bin < kExactBelow) return bin;
   const int64_t octave = kFirstLogOctave + (bin - kExactBelow) / kSubBinsPerOctave;
@@ -48,7 +40,7 @@ void RawSampleHistogram::Cover(int64_t bin) {
   }
 }
 
-void RawSampleHistogram::Add(int64_t value, uint64_t count) {
+void RawSampleHistogram::AddSlow(int64_t value, uint64_t count) {
   if (count == 0) return;
   const int64_t bin = BinOf(value);
   Cover(bin);

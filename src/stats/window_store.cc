@@ -4,6 +4,32 @@
 
 namespace gearbox::internal {
 
+WindowStore::GearState* WindowStore::DimensionStates::Find(int64_t gear) const {
+  auto it = std::lower_bound(gears.begin(), gears.end(), gear);
+  if (it == gears.end() || *it != gear) return nullptr;
+  return states[static_cast<size_t>(it - gears.begin())].get();
+}
+
+WindowStore::GearState* WindowStore::DimensionStates::Insert(int64_t gear,
+                                                              std::unique_ptr<GearState> state) {
+  auto it = std::lower_bound(gears.begin(), gears.end(), gear);
+  const size_t at = static_cast<size_t>(it - gears.begin());
+  if (it != gears.end() && *it == gear) return states[at].get();
+  gears.insert(it, gear);
+  states.insert(states.begin() + static_cast<std::ptrdiff_t>(at), std::move(state));
+  return states[at].get();
+}
+
+std::unique_ptr<WindowStore::GearState> WindowStore::DimensionStates::Erase(int64_t gear) {
+  auto it = std::lower_bound(gears.begin(), gears.end(), gear);
+  if (it == gears.end() || *it != gear) return nullptr;
+  const size_t at = static_cast<size_t>(it - gears.begin());
+  std::unique_ptr<GearState> out = std::move(states[at]);
+  gears.erase(it);
+  states.erase(states.begin() + static_cast<std::ptrdiff_t>(at));
+  return out;
+}
+
 WindowStore::WindowStore(const GearSet& initial, const AdaptiveOptions& options, double now)
     : geometry_(WindowGeometry::Make(options.window_seconds, options.window_slots,
                                      options.half_life_seconds)),
@@ -11,7 +37,7 @@ WindowStore::WindowStore(const GearSet& initial, const AdaptiveOptions& options,
   for (int d = 0; d < initial.num_dimensions(); ++d) {
     names_.push_back(initial.dimension(d).name);
     for (int64_t gear : initial.gears(d)) {
-      dimensions_[d].emplace(gear, std::make_unique<GearState>(gear, now, geometry_));
+      dimensions_[d].Insert(gear, std::make_unique<GearState>(gear, now, geometry_));
     }
   }
 }
@@ -34,13 +60,17 @@ void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, cons
   bool folded = false;
   bool evicted = false;
   bool late = false;
+  // Slot and decay weight are shared by every dimension of the event.
+  const int64_t slot = geometry_.SlotIndex(time);
+  const double weight = geometry_.SlotWeight(time, slot) * static_cast<double>(count);
   for (size_t d = 0; d < dimensions_.size(); ++d) {
-    auto it = dimensions_[d].find(gear[d]);
-    if (it == dimensions_[d].end()) {
+    GearState* state = dimensions_[d].Find(gear[d]);
+    if (state == nullptr) {
       evicted = true;
       continue;
     }
-    if (it->second->window.Add(time, raw[d], static_cast<uint64_t>(count), geometry_)) {
+    if (state->window.AddToSlot(slot, weight, time, raw[d], static_cast<uint64_t>(count),
+                                geometry_)) {
       folded = true;
     } else {
       late = true;
@@ -60,17 +90,17 @@ void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, cons
 bool WindowStore::AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys) {
   bool all_active = true;
   for (size_t d = 0; d < dimensions_.size() && d < gears.size(); ++d) {
-    auto it = dimensions_[d].find(gears[d]);
-    if (it == dimensions_[d].end()) {
+    GearState* state = dimensions_[d].Find(gears[d]);
+    if (state == nullptr) {
       all_active = false;
       continue;
     }
-    it->second->cleanup_keys.insert(keys.begin(), keys.end());
+    state->cleanup_keys.insert(keys.begin(), keys.end());
   }
   if (!all_active) {
     // Forget them everywhere: the caller releases them now.
     for (auto& dim : dimensions_) {
-      for (auto& [g, state] : dim) {
+      for (auto& state : dim.states) {
         for (GraphKey k : keys) state->cleanup_keys.erase(k);
       }
     }
@@ -85,14 +115,14 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current) const {
     DimensionStats& ds = stats.dimensions.emplace_back();
     ds.name = current.dimension(d).name;
     for (int64_t gear : current.gears(d)) {
-      auto it = dimensions_[d].find(gear);
-      if (it == dimensions_[d].end()) {
+      const GearState* state = dimensions_[d].Find(gear);
+      if (state == nullptr) {
         GearStats empty;
         empty.gear = gear;
         ds.gears.push_back(std::move(empty));
         continue;
       }
-      ds.gears.push_back(it->second->window.Summarize(now, geometry_));
+      ds.gears.push_back(state->window.Summarize(now, geometry_));
     }
     FinalizeDimensionStats(&ds);
   }
@@ -106,21 +136,22 @@ std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int
   for (size_t d = 0; d < dimensions_.size(); ++d) {
     if (d < removed.size()) {
       for (int64_t gear : removed[d]) {
-        auto it = dimensions_[d].find(gear);
-        if (it == dimensions_[d].end()) continue;
-        keys.insert(it->second->cleanup_keys.begin(), it->second->cleanup_keys.end());
-        dimensions_[d].erase(it);
+        std::unique_ptr<GearState> state = dimensions_[d].Erase(gear);
+        if (state == nullptr) continue;
+        keys.insert(state->cleanup_keys.begin(), state->cleanup_keys.end());
       }
     }
     if (d < added.size()) {
       for (int64_t gear : added[d]) {
-        dimensions_[d].try_emplace(gear, std::make_unique<GearState>(gear, now, geometry_));
+        if (dimensions_[d].Find(gear) == nullptr) {
+          dimensions_[d].Insert(gear, std::make_unique<GearState>(gear, now, geometry_));
+        }
       }
     }
   }
   if (!keys.empty()) {
     for (auto& dim : dimensions_) {
-      for (auto& [g, state] : dim) {
+      for (auto& state : dim.states) {
         for (GraphKey k : keys) state->cleanup_keys.erase(k);
       }
     }
@@ -131,14 +162,13 @@ std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int
 }
 
 void WindowStore::ExtendProtection(int dimension, int64_t gear, double now) {
-  auto it = dimensions_[dimension].find(gear);
-  if (it != dimensions_[dimension].end()) it->second->window.ExtendProtection(now);
+  if (GearState* state = dimensions_[dimension].Find(gear)) state->window.ExtendProtection(now);
 }
 
 size_t WindowStore::MemoryBytes() const {
   size_t bytes = 0;
   for (const auto& dim : dimensions_) {
-    for (const auto& [g, state] : dim) {
+    for (const auto& state : dim.states) {
       bytes += state->window.MemoryBytes() + state->cleanup_keys.size() * sizeof(GraphKey);
     }
   }
@@ -148,7 +178,9 @@ size_t WindowStore::MemoryBytes() const {
 size_t WindowStore::cleanup_key_count() const {
   std::unordered_set<GraphKey> keys;
   for (const auto& dim : dimensions_) {
-    for (const auto& [g, state] : dim) keys.insert(state->cleanup_keys.begin(), state->cleanup_keys.end());
+    for (const auto& state : dim.states) {
+      keys.insert(state->cleanup_keys.begin(), state->cleanup_keys.end());
+    }
   }
   return keys.size();
 }

@@ -62,7 +62,15 @@ class WindowStore {
     GearWindow window;
     std::unordered_set<GraphKey> cleanup_keys;
   };
-  using DimensionStates = std::unordered_map<int64_t, std::unique_ptr<GearState>>;
+  // Ascending by gear (at most kMaxGearsPerDimension): a binary search beats
+  // hashing here, and folding is the hottest loop of the update path.
+  struct DimensionStates {
+    std::vector<int64_t> gears;
+    std::vector<std::unique_ptr<GearState>> states;
+    GearState* Find(int64_t gear) const;
+    GearState* Insert(int64_t gear, std::unique_ptr<GearState> state);  // no-op if present
+    std::unique_ptr<GearState> Erase(int64_t gear);
+  };
 
   WindowGeometry geometry_;
   std::vector<DimensionStates> dimensions_;

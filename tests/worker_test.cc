@@ -1,0 +1,149 @@
+#include "gearbox/update_worker.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "gearbox/runtime.h"
+
+namespace gearbox {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct WorkerFixture {
+  ManualClock clock{0.0};
+  FixedMemoryProbe probe{0.5};
+  GraphResourcePool pool;
+  Mutex mu;
+  std::vector<std::string> logs ABSL_GUARDED_BY(mu);
+  std::vector<UpdateRecord> records ABSL_GUARDED_BY(mu);
+  bool throw_on_update = false;  // set before the worker starts
+  std::unique_ptr<AdaptiveGearRuntime> runtime;
+
+  explicit WorkerFixture(bool throws = false) : throw_on_update(throws) {
+    RuntimeOptions o;
+    o.clock = &clock;
+    o.memory_probe = &probe;
+    o.pool = &pool;
+    o.start_worker = true;
+    o.log = [this](LogLevel, std::string_view m) {
+      MutexLock lock(&mu);
+      logs.emplace_back(m);
+    };
+    o.on_update = [this](const UpdateRecord& r) {
+      {
+        MutexLock lock(&mu);
+        records.push_back(r);
+      }
+      if (throw_on_update) throw std::runtime_error("injected failure");
+    };
+    runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
+    clock.WaitForSleepers(1);
+  }
+
+  // Moves time to `t` and waits for the worker's `n`-th check.
+  void AdvanceTo(double t, uint64_t n) {
+    clock.Set(t);
+    runtime->worker()->WaitForChecks(n);
+    clock.WaitForSleepers(1);
+  }
+  size_t record_count() {
+    MutexLock lock(&mu);
+    return records.size();
+  }
+};
+
+TEST(Worker, ChecksEveryMinuteAndUpdatesEveryFiveMinutes) {
+  WorkerFixture f;
+  EXPECT_TRUE(f.runtime->worker()->running());
+  for (int i = 1; i <= 4; ++i) {
+    f.AdvanceTo(60.0 * i, i);
+    EXPECT_EQ(f.runtime->worker()->updates(), 0u) << "at " << 60 * i;
+  }
+  f.AdvanceTo(300.0, 5);
+  EXPECT_EQ(f.runtime->worker()->updates(), 1u);
+  ASSERT_EQ(f.record_count(), 1u);
+  {
+    MutexLock lock(&f.mu);
+    EXPECT_EQ(f.records[0].trigger, UpdateTrigger::kInterval);
+    EXPECT_EQ(f.records[0].time, 300.0);
+  }
+  for (int i = 6; i <= 9; ++i) f.AdvanceTo(60.0 * i, i);
+  EXPECT_EQ(f.runtime->worker()->updates(), 1u);
+  f.AdvanceTo(600.0, 10);
+  EXPECT_EQ(f.runtime->worker()->updates(), 2u);
+}
+
+TEST(Worker, MemoryPressureTriggersAtTheNextCheck) {
+  WorkerFixture f;
+  f.probe.Set(0.95);
+  f.AdvanceTo(60.0, 1);
+  EXPECT_EQ(f.runtime->worker()->updates(), 1u);
+  MutexLock lock(&f.mu);
+  ASSERT_EQ(f.records.size(), 1u);
+  EXPECT_EQ(f.records[0].trigger, UpdateTrigger::kMemory);
+  EXPECT_TRUE(f.records[0].memory.high);
+}
+
+TEST(Worker, SurvivesAnExceptionInAnUpdate) {
+  WorkerFixture f(/*throws=*/true);
+  f.probe.Set(0.95);  // an update at every check
+  f.AdvanceTo(60.0, 1);
+  f.AdvanceTo(120.0, 2);
+  f.AdvanceTo(180.0, 3);
+  EXPECT_EQ(f.runtime->worker()->failures(), 3u);
+  EXPECT_EQ(f.record_count(), 3u);  // each update ran; the observer threw after
+  EXPECT_TRUE(f.runtime->worker()->running());
+  MutexLock lock(&f.mu);
+  ASSERT_FALSE(f.logs.empty());
+  EXPECT_THAT(f.logs.back(), HasSubstr("injected failure"));
+}
+
+TEST(Worker, ClockJumpingBackwardsReArmsTheNextCheck) {
+  WorkerFixture f;
+  f.clock.Set(-1000.0);  // worker wakes, sees time went back, re-arms at -940
+  f.clock.WaitForSleepsBegun(2);
+  f.AdvanceTo(-940.0, 1);
+  EXPECT_EQ(f.runtime->worker()->checks(), 1u);
+}
+
+TEST(Worker, ClockJumpingFarForwardRunsOneCheck) {
+  WorkerFixture f;
+  f.AdvanceTo(1e6, 1);
+  EXPECT_EQ(f.runtime->worker()->checks(), 1u);
+  EXPECT_EQ(f.runtime->worker()->updates(), 1u);
+}
+
+TEST(Worker, StopsCleanlyWhileSleepingAndRestarts) {
+  WorkerFixture f;
+  f.runtime->StopWorker();
+  EXPECT_FALSE(f.runtime->worker()->running());
+  f.runtime->StopWorker();  // idempotent
+  ASSERT_TRUE(f.runtime->StartWorker().ok());
+  f.clock.WaitForSleepers(1);
+  f.AdvanceTo(f.clock.NowSeconds() + 60.0, 1);
+  EXPECT_EQ(f.runtime->worker()->checks(), 1u);
+}
+
+TEST(Worker, FoldsFullBuffersWithoutAnUpdate) {
+  ManualClock clock(0.0);
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.clock = &clock;
+  o.pool = &pool;
+  o.event_buffer_events = 4;
+  auto runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
+  clock.WaitForSleepers(1);
+  SnapshotRef snap = runtime->GetSnapshot();
+  const int64_t raw[] = {3};
+  const Plan plan = *MakePlan(*snap, raw);
+  for (int i = 0; i < 4; ++i) runtime->RecordPlan(plan, 1.0);  // fills one buffer
+  // The worker folds it on its own; wait for that by condition, not by time.
+  while (runtime->counters().events_folded < 4) std::this_thread::yield();
+  EXPECT_EQ(runtime->counters().events_pending, 0u);
+}
+
+}  // namespace
+}  // namespace gearbox
