@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, and runs gearbox on a
-# stream of requests, printing the gear set as it evolves.
+# The main job: installs what is missing, builds, converts the bundled Azure
+# LLM conversation trace (one real hour) to the prefill view, and replays it
+# with the static TIMES ladder and the adaptive policy, next to the offline
+# optimum at the same average gear count. Writes out/summary.json,
+# out/decisions.jsonl and out/replay.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh -DGEARBOX_BUILD_TESTS=OFF -DGEARBOX_BUILD_BENCHMARKS=OFF
+BUILD_DIR=build-main scripts/build.sh -DGEARBOX_BUILD_TESTS=OFF -DGEARBOX_BUILD_BENCHMARKS=OFF
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-build/tools/gearbox demo --minutes 60 --rate 20
+mkdir -p out
+build-main/tools/gearbox trace convert --format azure --view prefill \
+  --input data/AzureLLMInferenceTrace_conv.csv --output out/azure_conv_prefill.csv
+build-main/tools/gearbox replay --config data/configs/prefill_times.json \
+  --trace out/azure_conv_prefill.csv --policy static,adaptive --optimum \
+  --summary out/summary.json --decisions out/decisions.jsonl --plot out/replay.png
+echo "wrote out/summary.json, out/decisions.jsonl, out/replay.png"

@@ -12,6 +12,9 @@ namespace gearbox::tools {
 using Command = std::function<int()>;
 
 Command AddDemoCommand(CLI::App& app);
+Command AddReplayCommand(CLI::App& app);
+Command AddPlanCommand(CLI::App& app);
+Command AddTraceCommand(CLI::App& app);
 
 }  // namespace gearbox::tools
 

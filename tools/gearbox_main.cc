@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::map<std::string, gearbox::tools::Command> commands;
   commands["demo"] = gearbox::tools::AddDemoCommand(app);
+  commands["replay"] = gearbox::tools::AddReplayCommand(app);
+  commands["plan"] = gearbox::tools::AddPlanCommand(app);
+  commands["trace"] = gearbox::tools::AddTraceCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

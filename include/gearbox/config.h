@@ -1,0 +1,67 @@
+// The configuration file (JSON): dimensions and their initial gears, the
+// adaptive options (the seed's key names, verbatim) and an optional memory
+// model for replays. Unknown keys are errors naming the key.
+//
+//   {
+//     "dims": [
+//       {"name": "BATCHSIZE", "gears": [1, 2, 4, 8], "splittable": true},
+//       {"name": "SEQLEN", "policy": "TIMES", "min": 16, "max": 8192, "eager_fallback": true},
+//       {"name": "DECODE", "gears": "VLLM"}
+//     ],
+//     "adaptive": {"window_seconds": 300, "pad_add_threshold": 0.35, ...},
+//     "memory_model": {"device_bytes": 8e10, "base_bytes": 6e10,
+//                      "graph_fixed_bytes": 2e7, "graph_bytes_per_element": 4096}
+//   }
+//
+// Gear lists: an explicit list, or a named ladder: "TIMES" (the seed's:
+// min, powers of two above it, max), "POW2" (powers of two from the first
+// >= min to the first >= max) or "VLLM" (vLLM's default CUDA-graph capture
+// sizes: 1, 2, 4, 8..248 step 8, 256..512 step 16; min/max, if given, keep
+// the part inside [min, max]).
+#ifndef GEARBOX_CONFIG_H_
+#define GEARBOX_CONFIG_H_
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gearbox/gear_set.h"
+#include "gearbox/options.h"
+
+namespace gearbox {
+
+// Simulated device memory for replays: usage = (base_bytes + sum over
+// compiled graphs of graph_fixed_bytes + graph_bytes_per_element * product
+// of the graph's gear sizes) / device_bytes.
+struct MemoryModel {
+  double device_bytes = 0.0;
+  double base_bytes = 0.0;
+  double graph_fixed_bytes = 0.0;
+  double graph_bytes_per_element = 0.0;
+
+  double GraphBytes(std::span<const int64_t> gears) const;
+};
+
+struct RuntimeConfig {
+  std::vector<DimensionSpec> dims;
+  AdaptiveOptions adaptive;
+  std::optional<MemoryModel> memory_model;
+};
+
+// A named gear ladder (see above); `field` names the setting in errors.
+absl::StatusOr<std::vector<int64_t>> MakeNamedGears(std::string_view name,
+                                                    std::optional<int64_t> min,
+                                                    std::optional<int64_t> max,
+                                                    std::string_view field);
+
+// Parses and validates a configuration. Errors name the key path
+// ("dims[1].max", "adaptive.window_secs") and, for syntax errors, the line.
+absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text);
+absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& path);
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_CONFIG_H_

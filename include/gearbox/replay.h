@@ -1,0 +1,104 @@
+// Replay: runs the real runtime and policy on a recorded trace, on a virtual
+// clock, and measures what a policy would have done.
+//
+// Events are processed in timestamp order. With the adaptive policy, the
+// worker's schedule is evaluated in trace time: a check every
+// check_interval_seconds from the first request, each running an update
+// when update_interval_seconds have passed or memory is high (exactly
+// GearUpdateWorker::CheckOnce); or, with `update_at`, updates run exactly at
+// those times and nothing else. The static policy keeps the initial gears.
+//
+// A compile is counted each time a gear combination is first used, or used
+// again after its eviction (the simulated graph is registered in the real
+// GraphResourcePool and released by the real cleanup-key path). Memory comes
+// from the trace's mem_usage column, else from the config's memory model,
+// else there is no memory pressure.
+#ifndef GEARBOX_REPLAY_H_
+#define GEARBOX_REPLAY_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gearbox/config.h"
+#include "gearbox/trace.h"
+#include "gearbox/update_record.h"
+
+namespace gearbox {
+
+enum class ReplayPolicy { kStatic, kAdaptive };
+std::string_view ReplayPolicyName(ReplayPolicy policy);
+absl::StatusOr<ReplayPolicy> ParseReplayPolicy(std::string_view name);
+
+struct ReplayOptions {
+  ReplayPolicy policy = ReplayPolicy::kAdaptive;
+  // Non-empty: run updates at exactly these trace times (seconds, the same
+  // clock as the trace's t column) instead of the worker's schedule.
+  std::vector<double> update_at;
+  // Width of the padding-waste timeline buckets, seconds.
+  double timeline_bucket_seconds = 60.0;
+  // Called with each update's record (the decisions file).
+  std::function<void(const UpdateRecord&)> on_update;
+  // Called about every 1% of the rows with (rows done, rows in all).
+  std::function<void(size_t, size_t)> progress;
+};
+
+// The gear set after an update (or at the start), for plots.
+struct GearSetSample {
+  double time = 0.0;
+  std::vector<std::vector<int64_t>> gears;  // per dimension
+};
+
+struct WasteBucket {
+  double start = 0.0;  // trace time the bucket starts at
+  double padded = 0.0;
+  double raw = 0.0;
+  uint64_t requests = 0;
+};
+
+struct ReplayResult {
+  std::string policy;
+  std::vector<std::string> dimensions;
+  uint64_t requests = 0;           // rows replayed
+  uint64_t served_requests = 0;    // ... that could be planned
+  uint64_t rejected_requests = 0;  // above the largest gear, not splittable, no eager fallback
+  std::string first_rejection;     // why the first one was rejected
+  uint64_t split_requests = 0;
+  uint64_t eager_requests = 0;
+  uint64_t variants = 0;           // executed variants (chunks)
+  double padded_volume = 0.0;      // sum over variants of the product of gears
+  double raw_volume = 0.0;         // sum over served requests of the product of sizes
+  double padding_waste = 0.0;      // padded / raw - 1
+  uint64_t compiles = 0;
+  uint64_t updates = 0;
+  uint64_t updates_changed = 0;
+  std::vector<double> avg_gears;   // time-weighted, per dimension
+  // Per dimension alone: sum over variants of the gear, and of the valid
+  // size (so dimension_waste = padded / raw - 1 compares with 1-D planners).
+  std::vector<double> dimension_padded;
+  std::vector<double> dimension_raw;
+  double dimension_waste(int d) const {
+    return dimension_raw[d] > 0 ? dimension_padded[d] / dimension_raw[d] - 1.0 : 0.0;
+  }
+  std::vector<std::vector<int64_t>> final_gears;
+  uint64_t peak_graphs = 0;        // compiled graphs alive at once
+  double avg_graphs = 0.0;         // time-weighted
+  double peak_graph_bytes = 0.0;   // with a memory model
+  double trace_seconds = 0.0;
+  double wall_seconds = 0.0;
+  std::vector<GearSetSample> gear_timeline;
+  std::vector<WasteBucket> waste_timeline;
+};
+
+absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& trace,
+                                    const ReplayOptions& options);
+
+// One policy's figures as a JSON object (the summary file format).
+std::string ReplayResultJson(const ReplayResult& result, int indent = 2);
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_REPLAY_H_

@@ -1,0 +1,344 @@
+#include "gearbox/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "nlohmann/json.hpp"
+#include "src/common/errors.h"
+
+namespace gearbox {
+namespace {
+
+using internal::Cat;
+using internal::InvalidField;
+using nlohmann::json;
+
+std::string Shown(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+absl::Status CheckKeys(const json& object, std::string_view path,
+                       const std::set<std::string>& allowed) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (!allowed.count(it.key())) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      return InvalidField(Cat(path, path.empty() ? "" : ".", it.key()), "this key",
+                          Cat("unknown key; allowed here: ", list));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> GetInt(const json& v, const std::string& field) {
+  if (v.is_number_integer() || v.is_number_unsigned()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return InvalidField(field, Shown(v), "an integer below 2^63");
+    }
+    return v.get<int64_t>();
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) {
+      return static_cast<int64_t>(d);
+    }
+  }
+  return InvalidField(field, Shown(v), "an integer");
+}
+
+absl::StatusOr<double> GetNumber(const json& v, const std::string& field) {
+  if (v.is_number()) return v.get<double>();
+  return InvalidField(field, Shown(v), "a number");
+}
+
+absl::StatusOr<bool> GetBool(const json& v, const std::string& field) {
+  if (v.is_boolean()) return v.get<bool>();
+  return InvalidField(field, Shown(v), "true or false");
+}
+
+absl::StatusOr<std::vector<int64_t>> GetIntList(const json& v, const std::string& field) {
+  if (!v.is_array()) return InvalidField(field, Shown(v), "a list of integers or a ladder name");
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    auto x = GetInt(v[i], Cat(field, "[", i, "]"));
+    if (!x.ok()) return x.status();
+    out.push_back(*x);
+  }
+  return out;
+}
+
+absl::StatusOr<DimensionSpec> ParseDimension(const json& d, size_t index) {
+  const std::string path = Cat("dims[", index, "]");
+  if (!d.is_object()) return InvalidField(path, Shown(d), "an object");
+  if (auto s = CheckKeys(d, path, {"name", "gears", "policy", "min", "max", "splittable",
+                                   "eager_fallback"});
+      !s.ok()) {
+    return s;
+  }
+  DimensionSpec spec;
+  if (!d.contains("name") || !d["name"].is_string()) {
+    return InvalidField(Cat(path, ".name"), d.contains("name") ? Shown(d["name"]) : "missing",
+                        "a string naming the dimension");
+  }
+  spec.name = d["name"].get<std::string>();
+  std::optional<int64_t> min, max;
+  if (d.contains("min")) {
+    auto v = GetInt(d["min"], Cat(path, ".min"));
+    if (!v.ok()) return v.status();
+    min = *v;
+  }
+  if (d.contains("max")) {
+    auto v = GetInt(d["max"], Cat(path, ".max"));
+    if (!v.ok()) return v.status();
+    max = *v;
+  }
+  const bool has_gears = d.contains("gears");
+  const bool has_policy = d.contains("policy");
+  if (has_gears == has_policy) {
+    return InvalidField(path, has_gears ? "both gears and policy" : "neither gears nor policy",
+                        "exactly one of \"gears\" (a list or a ladder name) and \"policy\"");
+  }
+  if (has_gears && d["gears"].is_array()) {
+    if (min || max) {
+      return InvalidField(Cat(path, ".min"), "with an explicit gear list",
+                          "min/max go with a named ladder only");
+    }
+    auto list = GetIntList(d["gears"], Cat(path, ".gears"));
+    if (!list.ok()) return list.status();
+    auto gears = NormalizeGears(*std::move(list), Cat(path, ".gears"));
+    if (!gears.ok()) return gears.status();
+    spec.gears = *std::move(gears);
+  } else {
+    const json& name = has_gears ? d["gears"] : d["policy"];
+    const std::string field = Cat(path, has_gears ? ".gears" : ".policy");
+    if (!name.is_string()) return InvalidField(field, Shown(name), "\"TIMES\", \"POW2\" or \"VLLM\"");
+    auto gears = MakeNamedGears(name.get<std::string>(), min, max, path);
+    if (!gears.ok()) return gears.status();
+    spec.gears = *std::move(gears);
+  }
+  spec.splittable = DefaultSplittable(spec.name);
+  if (d.contains("splittable")) {
+    auto v = GetBool(d["splittable"], Cat(path, ".splittable"));
+    if (!v.ok()) return v.status();
+    spec.splittable = *v;
+  }
+  if (d.contains("eager_fallback")) {
+    auto v = GetBool(d["eager_fallback"], Cat(path, ".eager_fallback"));
+    if (!v.ok()) return v.status();
+    spec.eager_fallback = *v;
+  }
+  return spec;
+}
+
+absl::Status ParseAdaptive(const json& a, AdaptiveOptions* o) {
+  if (!a.is_object()) return InvalidField("adaptive", Shown(a), "an object");
+  struct NumberKey {
+    const char* key;
+    double* field;
+  };
+  struct IntKey {
+    const char* key;
+    int64_t* field;
+  };
+  const NumberKey numbers[] = {
+      {"window_seconds", &o->window_seconds},
+      {"half_life_seconds", &o->half_life_seconds},
+      {"weight_hit", &o->weight_hit},
+      {"weight_pad", &o->weight_pad},
+      {"weight_split", &o->weight_split},
+      {"pad_add_threshold", &o->pad_add_threshold},
+      {"split_add_threshold", &o->split_add_threshold},
+      {"recent_use_protect_seconds", &o->recent_use_protect_seconds},
+      {"replace_loss_threshold", &o->replace_loss_threshold},
+      {"hysteresis_margin", &o->hysteresis_margin},
+      {"check_interval_seconds", &o->check_interval_seconds},
+      {"update_interval_seconds", &o->update_interval_seconds},
+  };
+  int64_t window_slots = o->window_slots;
+  int64_t min_count = o->min_gear_count_per_type;
+  int64_t max_count = o->max_gears_per_type;
+  const IntKey ints[] = {
+      {"add_min_samples", &o->add_min_samples},
+      {"min_samples_per_gear", &o->min_samples_per_gear},
+      {"window_slots", &window_slots},
+      {"min_gear_count_per_type", &min_count},
+      {"max_gears_per_type", &max_count},
+  };
+  std::set<std::string> allowed = {"device_memory_usage_threshold_ratio"};
+  for (const auto& k : numbers) allowed.insert(k.key);
+  for (const auto& k : ints) allowed.insert(k.key);
+  if (auto s = CheckKeys(a, "adaptive", allowed); !s.ok()) return s;
+  for (const auto& k : numbers) {
+    if (!a.contains(k.key)) continue;
+    auto v = GetNumber(a[k.key], Cat("adaptive.", k.key));
+    if (!v.ok()) return v.status();
+    *k.field = *v;
+  }
+  for (const auto& k : ints) {
+    if (!a.contains(k.key)) continue;
+    auto v = GetInt(a[k.key], Cat("adaptive.", k.key));
+    if (!v.ok()) return v.status();
+    *k.field = *v;
+  }
+  auto narrow = [](int64_t v, int* out, const char* key) -> absl::Status {
+    if (v < INT32_MIN || v > INT32_MAX) {
+      return internal::InvalidFieldValue(Cat("adaptive.", key), v, "a small integer");
+    }
+    *out = static_cast<int>(v);
+    return absl::OkStatus();
+  };
+  if (auto s = narrow(window_slots, &o->window_slots, "window_slots"); !s.ok()) return s;
+  if (auto s = narrow(min_count, &o->min_gear_count_per_type, "min_gear_count_per_type"); !s.ok()) {
+    return s;
+  }
+  if (auto s = narrow(max_count, &o->max_gears_per_type, "max_gears_per_type"); !s.ok()) return s;
+  if (a.contains("device_memory_usage_threshold_ratio")) {
+    const json& v = a["device_memory_usage_threshold_ratio"];
+    if (v.is_null()) {
+      o->device_memory_usage_threshold_ratio.reset();
+    } else {
+      auto r = GetNumber(v, "adaptive.device_memory_usage_threshold_ratio");
+      if (!r.ok()) return r.status();
+      o->device_memory_usage_threshold_ratio = *r;
+    }
+  }
+  return internal::WithContext(ValidateAdaptiveOptions(*o), "adaptive");
+}
+
+absl::StatusOr<MemoryModel> ParseMemoryModel(const json& m) {
+  if (!m.is_object()) return InvalidField("memory_model", Shown(m), "an object");
+  if (auto s = CheckKeys(m, "memory_model", {"device_bytes", "base_bytes", "graph_fixed_bytes",
+                                             "graph_bytes_per_element"});
+      !s.ok()) {
+    return s;
+  }
+  MemoryModel model;
+  struct Key {
+    const char* key;
+    double* field;
+    bool required;
+  };
+  const Key keys[] = {{"device_bytes", &model.device_bytes, true},
+                      {"base_bytes", &model.base_bytes, false},
+                      {"graph_fixed_bytes", &model.graph_fixed_bytes, false},
+                      {"graph_bytes_per_element", &model.graph_bytes_per_element, false}};
+  for (const Key& k : keys) {
+    const std::string field = Cat("memory_model.", k.key);
+    if (!m.contains(k.key)) {
+      if (k.required) return InvalidField(field, "missing", "a number of bytes > 0");
+      continue;
+    }
+    auto v = GetNumber(m[k.key], field);
+    if (!v.ok()) return v.status();
+    if (!std::isfinite(*v) || *v < 0 || (k.required && *v <= 0)) {
+      return internal::InvalidFieldValue(field, *v,
+                                         k.required ? "a number of bytes > 0" : "bytes >= 0");
+    }
+    *k.field = *v;
+  }
+  return model;
+}
+
+}  // namespace
+
+double MemoryModel::GraphBytes(std::span<const int64_t> gears) const {
+  double elements = 1.0;
+  for (int64_t g : gears) elements *= static_cast<double>(g);
+  return graph_fixed_bytes + graph_bytes_per_element * elements;
+}
+
+absl::StatusOr<std::vector<int64_t>> MakeNamedGears(std::string_view name,
+                                                    std::optional<int64_t> min,
+                                                    std::optional<int64_t> max,
+                                                    std::string_view field) {
+  if (name == "TIMES" || name == "POW2") {
+    if (!min || !max) {
+      return InvalidField(Cat(field, min ? ".max" : ".min"), "missing",
+                          Cat("the ", name, " ladder needs min and max"));
+    }
+    if (name == "TIMES") return MakeTimesGears(*min, *max, field);
+    if (*min < 1) return internal::InvalidFieldValue(Cat(field, ".min"), *min, "an integer >= 1");
+    if (*max < *min) {
+      return internal::InvalidFieldValue(Cat(field, ".max"), *max, Cat("max >= min (", *min, ")"));
+    }
+    if (*max > (int64_t{1} << 62)) {
+      return internal::InvalidFieldValue(Cat(field, ".max"), *max, "at most 2^62");
+    }
+    std::vector<int64_t> gears;
+    int64_t p = 1;
+    while (p < *min) p <<= 1;
+    gears.push_back(p);
+    while (gears.back() < *max) gears.push_back(gears.back() << 1);
+    return NormalizeGears(std::move(gears), Cat(field, ".gears"));
+  }
+  if (name == "VLLM") {
+    std::vector<int64_t> all = {1, 2, 4};
+    for (int64_t g = 8; g <= 248; g += 8) all.push_back(g);
+    for (int64_t g = 256; g <= 512; g += 16) all.push_back(g);
+    std::vector<int64_t> gears;
+    for (int64_t g : all) {
+      if ((!min || g >= *min) && (!max || g <= *max)) gears.push_back(g);
+    }
+    if (max && *max > 512 && (gears.empty() || gears.back() != *max)) gears.push_back(*max);
+    return NormalizeGears(std::move(gears), Cat(field, ".gears"));
+  }
+  return InvalidField(Cat(field, ".policy"), Cat("\"", name, "\""),
+                      "one of \"TIMES\", \"POW2\", \"VLLM\"");
+}
+
+absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
+  json root;
+  try {
+    root = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::parse_error& e) {
+    // Line of the byte where parsing stopped.
+    const size_t at = std::min(e.byte, json_text.size());
+    const size_t line = 1 + static_cast<size_t>(std::count(json_text.begin(),
+                                                           json_text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+    return absl::InvalidArgumentError(Cat("config line ", line, ": not valid JSON (", e.what(), ")"));
+  }
+  if (!root.is_object()) return InvalidField("config", Shown(root), "a JSON object");
+  if (auto s = CheckKeys(root, "", {"dims", "adaptive", "memory_model"}); !s.ok()) return s;
+  RuntimeConfig config;
+  if (!root.contains("dims") || !root["dims"].is_array() || root["dims"].empty()) {
+    return InvalidField("dims", root.contains("dims") ? Shown(root["dims"]) : "missing",
+                        "a non-empty list of dimensions");
+  }
+  for (size_t i = 0; i < root["dims"].size(); ++i) {
+    auto dim = ParseDimension(root["dims"][i], i);
+    if (!dim.ok()) return dim.status();
+    config.dims.push_back(*std::move(dim));
+  }
+  if (auto set = GearSet::Create(config.dims); !set.ok()) return set.status();
+  if (root.contains("adaptive")) {
+    if (auto s = ParseAdaptive(root["adaptive"], &config.adaptive); !s.ok()) return s;
+  }
+  for (size_t d = 0; d < config.dims.size(); ++d) {
+    if (static_cast<int>(config.dims[d].gears.size()) > config.adaptive.max_gears_per_type) {
+      return InvalidField(Cat("dims[", d, "].gears"), Cat(config.dims[d].gears.size(), " gears"),
+                          Cat("at most adaptive.max_gears_per_type = ",
+                              config.adaptive.max_gears_per_type));
+    }
+  }
+  if (root.contains("memory_model")) {
+    auto model = ParseMemoryModel(root["memory_model"]);
+    if (!model.ok()) return model.status();
+    config.memory_model = *model;
+  }
+  return config;
+}
+
+absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(Cat(path, ": cannot open the config file"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  auto config = ParseConfig(buffer.str());
+  if (!config.ok()) return internal::WithContext(config.status(), path);
+  return config;
+}
+
+}  // namespace gearbox

@@ -1,0 +1,318 @@
+#include "gearbox/replay.h"
+
+#include <chrono>
+#include <cmath>
+#include <unordered_set>
+
+#include "gearbox/runtime.h"
+#include "gearbox/update_worker.h"
+#include "nlohmann/json.hpp"
+#include "src/common/errors.h"
+
+namespace gearbox {
+namespace {
+
+using internal::Cat;
+
+// A gear combination (one gear per dimension), the key of a compiled graph.
+struct Combo {
+  int n = 0;
+  int64_t gear[kMaxDimensions] = {};
+  bool operator==(const Combo& o) const {
+    return n == o.n && std::equal(gear, gear + n, o.gear);
+  }
+};
+struct ComboHash {
+  size_t operator()(const Combo& c) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < c.n; ++i) h = (h ^ static_cast<uint64_t>(c.gear[i])) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+// Graphs alive in the simulated device. Single-threaded (the replay).
+struct CompiledGraphs {
+  std::unordered_set<Combo, ComboHash> alive;
+  double bytes = 0.0;
+};
+
+// A simulated compiled graph: leaves the alive set when the pool releases it.
+class SimulatedGraph final : public GraphResource {
+ public:
+  SimulatedGraph(CompiledGraphs* graphs, const Combo& combo, double bytes)
+      : graphs_(graphs), combo_(combo), bytes_(bytes) {
+    graphs_->alive.insert(combo_);
+    graphs_->bytes += bytes_;
+  }
+  ~SimulatedGraph() override {
+    graphs_->alive.erase(combo_);
+    graphs_->bytes -= bytes_;
+  }
+  int64_t bytes() const override { return static_cast<int64_t>(bytes_); }
+
+ private:
+  CompiledGraphs* graphs_;
+  Combo combo_;
+  double bytes_;
+};
+
+class TimeAverage {
+ public:
+  explicit TimeAverage(double start) : last_(start) {}
+  void Advance(double t, double value) {
+    if (t > last_) {
+      area_ += value * (t - last_);
+      span_ += t - last_;
+      last_ = t;
+    }
+  }
+  double Mean(double fallback) const { return span_ > 0 ? area_ / span_ : fallback; }
+
+ private:
+  double last_;
+  double area_ = 0.0;
+  double span_ = 0.0;
+};
+
+}  // namespace
+
+std::string_view ReplayPolicyName(ReplayPolicy policy) {
+  return policy == ReplayPolicy::kStatic ? "static" : "adaptive";
+}
+
+absl::StatusOr<ReplayPolicy> ParseReplayPolicy(std::string_view name) {
+  if (name == "static") return ReplayPolicy::kStatic;
+  if (name == "adaptive") return ReplayPolicy::kAdaptive;
+  return internal::InvalidField("--policy", Cat("\"", name, "\""), "\"static\" or \"adaptive\"");
+}
+
+absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& trace,
+                                    const ReplayOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const int n = static_cast<int>(config.dims.size());
+  if (static_cast<int>(trace.dimensions.size()) != n) {
+    return internal::InvalidField("trace", Cat(trace.dimensions.size(), " dimension columns"),
+                                  Cat("one per config dimension (", n, ")"));
+  }
+  for (int d = 0; d < n; ++d) {
+    if (trace.dimensions[d] != config.dims[d].name) {
+      return internal::InvalidField(Cat("trace column ", d), trace.dimensions[d],
+                                    Cat("the config's dimension ", config.dims[d].name));
+    }
+  }
+  if (trace.rows() == 0) return absl::InvalidArgumentError("trace: no rows");
+  if (!(options.timeline_bucket_seconds > 0)) {
+    return internal::InvalidFieldValue("timeline_bucket_seconds", options.timeline_bucket_seconds,
+                                       "seconds > 0");
+  }
+  std::vector<double> update_at = options.update_at;
+  std::sort(update_at.begin(), update_at.end());
+  for (double t : update_at) {
+    if (!std::isfinite(t)) return internal::InvalidFieldValue("--update-at", t, "finite times");
+  }
+
+  const double t0 = trace.time.front();
+  const double t_end = trace.time.back();
+  ReplayResult result;
+  result.policy = std::string(ReplayPolicyName(options.policy));
+  for (const auto& d : config.dims) result.dimensions.push_back(d.name);
+  result.requests = trace.rows();
+  result.trace_seconds = t_end - t0;
+  result.dimension_padded.assign(n, 0.0);
+  result.dimension_raw.assign(n, 0.0);
+
+  // Declared before the pool: simulated graphs touch it when the pool releases them.
+  CompiledGraphs graphs;
+  GraphResourcePool pool;
+  ManualClock clock(t0);
+  FixedMemoryProbe trace_memory(trace.mem_usage.empty() ? 0.0 : trace.mem_usage.front());
+  std::optional<MemoryModel> model = config.memory_model;
+  FunctionMemoryProbe model_memory([&graphs, model]() -> absl::StatusOr<double> {
+    return (model->base_bytes + graphs.bytes) / model->device_bytes;
+  });
+
+  std::vector<TimeAverage> gear_counts(n, TimeAverage(t0));
+  TimeAverage graph_count(t0);
+  std::vector<int64_t> current_counts(n);
+
+  RuntimeOptions ro;
+  ro.adaptive = config.adaptive;
+  ro.clock = &clock;
+  ro.pool = &pool;
+  ro.start_worker = false;
+  ro.log = [](LogLevel, std::string_view) {};  // probe errors are in the records
+  if (!trace.mem_usage.empty()) {
+    ro.memory_probe = &trace_memory;
+  } else if (model.has_value()) {
+    ro.memory_probe = &model_memory;
+  }
+  ro.on_update = [&](const UpdateRecord& r) {
+    ++result.updates;
+    if (r.changed) ++result.updates_changed;
+    for (int d = 0; d < n; ++d) {
+      gear_counts[d].Advance(r.time, static_cast<double>(current_counts[d]));
+      current_counts[d] = static_cast<int64_t>(r.gears_after[d].size());
+    }
+    result.gear_timeline.push_back({r.time, r.gears_after});
+    if (options.on_update) options.on_update(r);
+  };
+  auto created = AdaptiveGearRuntime::Create(config.dims, ro);
+  if (!created.ok()) return created.status();
+  AdaptiveGearRuntime& runtime = **created;
+  {
+    SnapshotRef initial = runtime.GetSnapshot();
+    GearSetSample sample{t0, {}};
+    for (int d = 0; d < n; ++d) {
+      sample.gears.emplace_back(initial->gears(d).begin(), initial->gears(d).end());
+      current_counts[d] = static_cast<int64_t>(initial->gears(d).size());
+    }
+    result.gear_timeline.push_back(std::move(sample));
+  }
+
+  const bool adaptive = options.policy == ReplayPolicy::kAdaptive;
+  const bool scheduled = adaptive && update_at.empty();
+  const double check_interval = config.adaptive.check_interval_seconds;
+  double next_check = t0 + check_interval;
+  size_t next_update = 0;
+  // Runs every update due at or before `t`, at its own time.
+  auto run_due = [&](double t) -> absl::Status {
+    if (scheduled) {
+      while (next_check <= t) {
+        graph_count.Advance(next_check, static_cast<double>(graphs.alive.size()));
+        clock.Set(next_check);
+        runtime.worker()->CheckOnce(next_check);
+        next_check += check_interval;
+      }
+    } else if (adaptive) {
+      while (next_update < update_at.size() && update_at[next_update] <= t) {
+        const double at = update_at[next_update++];
+        graph_count.Advance(at, static_cast<double>(graphs.alive.size()));
+        clock.Set(at);
+        auto r = runtime.RunOnce(at, UpdateTrigger::kManual);
+        if (!r.ok()) return r.status();
+      }
+    }
+    return absl::OkStatus();
+  };
+
+  const size_t rows = trace.rows();
+  const size_t progress_step = std::max<size_t>(1, rows / 100);
+  Plan plan;
+  Combo combo;
+  combo.n = n;
+  for (size_t i = 0; i < rows; ++i) {
+    const double t = trace.time[i];
+    if (auto s = run_due(t); !s.ok()) return s;
+    if (!trace.mem_usage.empty()) trace_memory.Set(trace.mem_usage[i]);
+    if (options.progress && i % progress_step == 0) options.progress(i, rows);
+
+    SnapshotRef snap = runtime.GetSnapshot();
+    const absl::Status planned =
+        MakePlan(*snap, std::span<const int64_t>(trace.row(i), static_cast<size_t>(n)), &plan);
+    if (!planned.ok()) {
+      if (result.rejected_requests++ == 0) {
+        result.first_rejection = Cat("row ", i + 1, " (t=", t, "): ", internal::Message(planned));
+      }
+      continue;
+    }
+    ++result.served_requests;
+    if (plan.any_split()) ++result.split_requests;
+    if (plan.any_eager()) ++result.eager_requests;
+    result.variants += static_cast<uint64_t>(plan.num_variants());
+    // Compile each gear combination the plan runs that is not alive.
+    for (int g = 0, groups = plan.num_variant_groups(); g < groups; ++g) {
+      if (plan.any_eager()) break;  // eager variants run uncompiled
+      const VariantGroup vg = plan.variant_group(g);
+      for (int d = 0; d < n; ++d) combo.gear[d] = plan.dimension(d).groups[vg.group[d]].gear;
+      if (graphs.alive.count(combo)) continue;
+      graph_count.Advance(t, static_cast<double>(graphs.alive.size()));
+      const double bytes = model ? model->GraphBytes({combo.gear, static_cast<size_t>(n)}) : 0.0;
+      pool.Register(std::make_shared<SimulatedGraph>(&graphs, combo, bytes));
+      const std::vector<GraphKey> keys = pool.ConsumeRecentKeys();
+      runtime.AttachCleanupKeys({combo.gear, static_cast<size_t>(n)}, keys);
+      ++result.compiles;
+      result.peak_graphs = std::max<uint64_t>(result.peak_graphs, graphs.alive.size());
+      result.peak_graph_bytes = std::max(result.peak_graph_bytes, graphs.bytes);
+    }
+    runtime.RecordPlan(plan, t);
+    for (int d = 0; d < n; ++d) {
+      // Each chunk of this dimension runs once per combination of the others'
+      // chunks; per dimension alone, count each chunk once.
+      const DimensionPlan& dp = plan.dimension(d);
+      for (int g = 0; g < dp.num_groups; ++g) {
+        result.dimension_padded[d] += static_cast<double>(dp.groups[g].count * dp.groups[g].gear);
+      }
+      result.dimension_raw[d] += static_cast<double>(dp.raw);
+    }
+    const double padded = plan.padded_volume();
+    const double raw = plan.raw_volume();
+    result.padded_volume += padded;
+    result.raw_volume += raw;
+    const size_t bucket = static_cast<size_t>((t - t0) / options.timeline_bucket_seconds);
+    if (result.waste_timeline.size() <= bucket) {
+      const size_t from = result.waste_timeline.size();
+      result.waste_timeline.resize(bucket + 1);
+      for (size_t b = from; b <= bucket; ++b) {
+        result.waste_timeline[b].start = t0 + static_cast<double>(b) * options.timeline_bucket_seconds;
+      }
+    }
+    WasteBucket& wb = result.waste_timeline[bucket];
+    wb.padded += padded;
+    wb.raw += raw;
+    ++wb.requests;
+  }
+  if (options.progress) options.progress(rows, rows);
+
+  for (int d = 0; d < n; ++d) gear_counts[d].Advance(t_end, static_cast<double>(current_counts[d]));
+  graph_count.Advance(t_end, static_cast<double>(graphs.alive.size()));
+  SnapshotRef last = runtime.GetSnapshot();
+  for (int d = 0; d < n; ++d) {
+    result.avg_gears.push_back(gear_counts[d].Mean(static_cast<double>(current_counts[d])));
+    result.final_gears.emplace_back(last->gears(d).begin(), last->gears(d).end());
+  }
+  result.avg_graphs = graph_count.Mean(static_cast<double>(graphs.alive.size()));
+  result.padding_waste = result.raw_volume > 0 ? result.padded_volume / result.raw_volume - 1.0 : 0.0;
+  last.Reset();
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return result;
+}
+
+std::string ReplayResultJson(const ReplayResult& r, int indent) {
+  nlohmann::ordered_json j;
+  j["policy"] = r.policy;
+  j["requests"] = r.requests;
+  j["served_requests"] = r.served_requests;
+  j["rejected_requests"] = r.rejected_requests;
+  if (!r.first_rejection.empty()) j["first_rejection"] = r.first_rejection;
+  j["split_requests"] = r.split_requests;
+  j["eager_requests"] = r.eager_requests;
+  j["variants"] = r.variants;
+  j["padding_waste"] = r.padding_waste;
+  j["padded_volume"] = r.padded_volume;
+  j["raw_volume"] = r.raw_volume;
+  j["compiles"] = r.compiles;
+  j["updates"] = r.updates;
+  j["updates_changed"] = r.updates_changed;
+  nlohmann::ordered_json avg = nlohmann::ordered_json::object();
+  nlohmann::ordered_json fin = nlohmann::ordered_json::object();
+  for (size_t d = 0; d < r.dimensions.size(); ++d) {
+    avg[r.dimensions[d]] = r.avg_gears[d];
+    fin[r.dimensions[d]] = r.final_gears[d];
+  }
+  nlohmann::ordered_json dim_waste = nlohmann::ordered_json::object();
+  for (size_t d = 0; d < r.dimensions.size(); ++d) {
+    dim_waste[r.dimensions[d]] = r.dimension_waste(static_cast<int>(d));
+  }
+  j["avg_gears"] = avg;
+  j["dimension_waste"] = dim_waste;
+  j["final_gears"] = fin;
+  j["peak_graphs"] = r.peak_graphs;
+  j["avg_graphs"] = r.avg_graphs;
+  j["peak_graph_bytes"] = r.peak_graph_bytes;
+  j["trace_seconds"] = r.trace_seconds;
+  j["wall_seconds"] = r.wall_seconds;
+  return j.dump(indent);
+}
+
+}  // namespace gearbox

@@ -1,0 +1,108 @@
+#include "gearbox/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gearbox {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(Config, ParsesDimsAdaptiveAndMemoryModel) {
+  auto c = ParseConfig(R"({
+    "dims": [
+      {"name": "BATCHSIZE", "gears": [4, 1, 2, 2]},
+      {"name": "SEQLEN", "policy": "TIMES", "min": 3, "max": 100, "eager_fallback": true}
+    ],
+    "adaptive": {"window_seconds": 120, "add_min_samples": 3,
+                 "device_memory_usage_threshold_ratio": null, "max_gears_per_type": 32},
+    "memory_model": {"device_bytes": 1000, "base_bytes": 100, "graph_fixed_bytes": 10,
+                     "graph_bytes_per_element": 0.5}
+  })");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->dims.size(), 2u);
+  EXPECT_THAT(c->dims[0].gears, ElementsAre(1, 2, 4));
+  EXPECT_TRUE(c->dims[0].splittable);  // BATCHSIZE default
+  EXPECT_THAT(c->dims[1].gears, ElementsAre(3, 4, 8, 16, 32, 64, 100));
+  EXPECT_FALSE(c->dims[1].splittable);
+  EXPECT_TRUE(c->dims[1].eager_fallback);
+  EXPECT_EQ(c->adaptive.window_seconds, 120);
+  EXPECT_EQ(c->adaptive.add_min_samples, 3);
+  EXPECT_EQ(c->adaptive.max_gears_per_type, 32);
+  EXPECT_FALSE(c->adaptive.device_memory_usage_threshold_ratio.has_value());
+  EXPECT_EQ(c->adaptive.pad_add_threshold, 0.35);  // untouched default
+  ASSERT_TRUE(c->memory_model.has_value());
+  const int64_t g[] = {4, 10};
+  EXPECT_DOUBLE_EQ(c->memory_model->GraphBytes(g), 10 + 0.5 * 40);
+}
+
+TEST(Config, NamedLadders) {
+  EXPECT_THAT(*MakeNamedGears("POW2", 3, 100, "d"), ElementsAre(4, 8, 16, 32, 64, 128));
+  EXPECT_THAT(*MakeNamedGears("TIMES", 3, 100, "d"), ElementsAre(3, 4, 8, 16, 32, 64, 100));
+  auto vllm = MakeNamedGears("VLLM", std::nullopt, std::nullopt, "d");
+  ASSERT_TRUE(vllm.ok());
+  EXPECT_EQ(vllm->size(), 51u);
+  EXPECT_THAT(std::vector<int64_t>(vllm->begin(), vllm->begin() + 5), ElementsAre(1, 2, 4, 8, 16));
+  EXPECT_EQ((*vllm)[33], 248);
+  EXPECT_EQ((*vllm)[34], 256);
+  EXPECT_EQ(vllm->back(), 512);
+  EXPECT_THAT(*MakeNamedGears("VLLM", 100, 200, "d"),
+              ElementsAre(104, 112, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200));
+  auto c = ParseConfig(R"({"dims": [{"name": "BATCHSIZE", "gears": "VLLM"}]})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->dims[0].gears.size(), 51u);
+  EXPECT_THAT(MakeNamedGears("FIBONACCI", 1, 2, "dims[0]").status().message(),
+              HasSubstr("dims[0].policy: \"FIBONACCI\""));
+}
+
+struct BadConfig {
+  const char* json;
+  const char* message;
+};
+
+class ConfigErrors : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(ConfigErrors, NameTheFieldAndWhatIsAllowed) {
+  auto c = ParseConfig(GetParam().json);
+  ASSERT_FALSE(c.ok()) << GetParam().json;
+  EXPECT_THAT(c.status().message(), HasSubstr(GetParam().message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, ConfigErrors,
+    ::testing::Values(
+        BadConfig{"{\"dims\": [", "config line 1: not valid JSON"},
+        BadConfig{"{\n\"dims\": [\n{\"name\": \"A\", \"gears\": [1,]}]}", "config line 3"},
+        BadConfig{"[]", "config: [] is not allowed"},
+        BadConfig{R"({"dimz": []})", "dimz: this key is not allowed; unknown key"},
+        BadConfig{R"({"dims": []})", "dims: [] is not allowed"},
+        BadConfig{R"({"dims": [{"gears": [1]}]})", "dims[0].name: missing"},
+        BadConfig{R"({"dims": [{"name": "A"}]})", "neither gears nor policy"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1], "policy": "TIMES"}]})", "both gears and policy"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1, "2"]}]})", "dims[0].gears[1]: \"2\""},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1.5]}]})", "dims[0].gears[0]: 1.5"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [0]}]})", "dims[0].gears[0]: 0"},
+        BadConfig{R"({"dims": [{"name": "A", "policy": "TIMES", "min": 5}]})", "dims[0].max: missing"},
+        BadConfig{R"({"dims": [{"name": "A", "policy": "TIMES", "min": 5, "max": 2}]})", "dims[0].max: 2"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1], "min": 1}]})", "min/max go with a named ladder"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1], "splittable": "yes"}]})",
+                  "dims[0].splittable: \"yes\""},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1], "color": 1}]})", "dims[0].color"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}, {"name": "A", "gears": [2]}]})",
+                  "dims[1].name: \"A\""},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "adaptive": {"window_secs": 1}})",
+                  "adaptive.window_secs: this key is not allowed"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "adaptive": {"pad_add_threshold": 2}})",
+                  "adaptive: pad_add_threshold: 2"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "adaptive": {"add_min_samples": "5"}})",
+                  "adaptive.add_min_samples: \"5\""},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1, 2, 3]}], "adaptive": {"max_gears_per_type": 2}})",
+                  "dims[0].gears: 3 gears"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"base_bytes": 1}})",
+                  "memory_model.device_bytes: missing"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"device_bytes": -5}})",
+                  "memory_model.device_bytes: -5"}));
+
+}  // namespace
+}  // namespace gearbox

@@ -1,0 +1,187 @@
+#include "gearbox/replay.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "nlohmann/json.hpp"
+
+namespace gearbox {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+RuntimeConfig SeqConfig(std::vector<int64_t> gears) {
+  RuntimeConfig c;
+  c.dims = {{"SEQLEN", std::move(gears), false, false}};
+  return c;
+}
+
+Trace SeqTrace(std::vector<std::pair<double, int64_t>> rows) {
+  Trace t;
+  t.dimensions = {"SEQLEN"};
+  for (auto [time, size] : rows) {
+    t.time.push_back(time);
+    t.sizes.push_back(size);
+  }
+  return t;
+}
+
+TEST(Replay, StaticMetricsOnAHandCheckedTrace) {
+  const Trace trace = SeqTrace({{0, 3}, {1, 5}, {2, 8}, {3, 2}});
+  ReplayOptions o;
+  o.policy = ReplayPolicy::kStatic;
+  auto r = Replay(SeqConfig({4, 8}), trace, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->requests, 4u);
+  EXPECT_DOUBLE_EQ(r->padded_volume, 4 + 8 + 8 + 4);
+  EXPECT_DOUBLE_EQ(r->raw_volume, 18);
+  EXPECT_DOUBLE_EQ(r->padding_waste, 24.0 / 18.0 - 1.0);
+  EXPECT_DOUBLE_EQ(r->dimension_waste(0), 24.0 / 18.0 - 1.0);
+  EXPECT_EQ(r->compiles, 2u);  // gear 4 and gear 8, once each
+  EXPECT_EQ(r->updates, 0u);
+  EXPECT_THAT(r->avg_gears, ElementsAre(2.0));
+  EXPECT_THAT(r->final_gears[0], ElementsAre(4, 8));
+  EXPECT_EQ(r->peak_graphs, 2u);
+  EXPECT_EQ(r->policy, "static");
+}
+
+TEST(Replay, SplitsEagerAndRejectionsAreCounted) {
+  RuntimeConfig c;
+  c.dims = {{"BATCHSIZE", {2, 4}, true, false}, {"SEQLEN", {8}, false, true}};
+  Trace t;
+  t.dimensions = {"BATCHSIZE", "SEQLEN"};
+  t.time = {0, 1, 2};
+  t.sizes = {9, 8, 3, 20, 1, 5};  // split (4,4,+1->2), eager seq 20, plain
+  ReplayOptions o;
+  o.policy = ReplayPolicy::kStatic;
+  auto r = Replay(c, t, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->split_requests, 1u);
+  EXPECT_EQ(r->eager_requests, 1u);
+  EXPECT_EQ(r->variants, 3u + 1u + 1u);
+  // padded: (4+4+2)*8 + 4*20 + 2*8 = 80 + 80 + 16; raw: 72 + 60 + 5.
+  EXPECT_DOUBLE_EQ(r->padded_volume, 176);
+  EXPECT_DOUBLE_EQ(r->raw_volume, 137);
+  // Compiled: (4,8), (2,8); the eager variant is not compiled.
+  EXPECT_EQ(r->compiles, 2u);
+  // Per dimension alone: BATCHSIZE 10+4+2 over 9+3+1; SEQLEN 8+20+8 over 8+20+5.
+  EXPECT_DOUBLE_EQ(r->dimension_padded[0], 16);
+  EXPECT_DOUBLE_EQ(r->dimension_raw[0], 13);
+  EXPECT_DOUBLE_EQ(r->dimension_padded[1], 36);
+
+  c.dims[1].eager_fallback = false;
+  auto rejected = Replay(c, t, o);
+  ASSERT_TRUE(rejected.ok());
+  EXPECT_EQ(rejected->rejected_requests, 1u);
+  EXPECT_EQ(rejected->served_requests, 2u);
+  EXPECT_THAT(rejected->first_rejection, HasSubstr("row 2 (t=1): SEQLEN: 20"));
+}
+
+TEST(Replay, TheWorkerScheduleRunsInTraceTime) {
+  std::vector<std::pair<double, int64_t>> rows;
+  for (double t = 1000; t <= 1700; t += 10) rows.push_back({t, 5});
+  std::vector<double> times;
+  std::vector<UpdateTrigger> triggers;
+  ReplayOptions o;
+  o.on_update = [&](const UpdateRecord& r) {
+    times.push_back(r.time);
+    triggers.push_back(r.trigger);
+  };
+  auto r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Checks at 1060, 1120, ...; updates when 300 s have passed: 1300, 1600.
+  EXPECT_THAT(times, ElementsAre(1300.0, 1600.0));
+  EXPECT_THAT(triggers, ElementsAre(UpdateTrigger::kInterval, UpdateTrigger::kInterval));
+  EXPECT_EQ(r->updates, 2u);
+
+  times.clear();
+  o.update_at = {1450, 1050};
+  r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(times, ElementsAre(1050.0, 1450.0));  // exactly these, sorted; no schedule
+}
+
+TEST(Replay, RecompilesAfterEvictionAndAveragesGearCountsOverTime) {
+  // A: 0..299 sizes 2 and 64; B: 300..599 only 64 (gear 2 idle, evicted at
+  // 600); C: 600..899 size 2 again (pads to 64: gear 2 re-added at 900);
+  // D: 900..999 size 2 (gear 2 compiled a second time).
+  std::vector<std::pair<double, int64_t>> rows;
+  for (int t = 0; t < 1000; ++t) {
+    const bool b = t >= 300 && t < 600;
+    rows.push_back({static_cast<double>(t), b ? 64 : (t < 300 && t % 2 ? 64 : 2)});
+  }
+  RuntimeConfig c = SeqConfig({2, 64});
+  c.adaptive.recent_use_protect_seconds = 0;
+  std::vector<std::string> changes;
+  ReplayOptions o;
+  o.on_update = [&](const UpdateRecord& r) {
+    if (r.changed) changes.push_back(UpdateRecordToJson(r));
+  };
+  auto r = Replay(c, SeqTrace(rows), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(changes[0])["removed"]["SEQLEN"], nlohmann::json::array({2}));
+  EXPECT_EQ(nlohmann::json::parse(changes[0])["time"], 600.0);
+  EXPECT_EQ(nlohmann::json::parse(changes[1])["added"]["SEQLEN"], nlohmann::json::array({2}));
+  EXPECT_EQ(r->compiles, 3u);  // 2 and 64, then 2 again after its eviction
+  // 2 gears for 600 s, 1 for 300 s, 2 for the last 99 s of a 999 s trace.
+  EXPECT_NEAR(r->avg_gears[0], (2 * 600.0 + 1 * 300.0 + 2 * 99.0) / 999.0, 1e-9);
+  EXPECT_EQ(r->gear_timeline.size(), 1u + r->updates);
+}
+
+TEST(Replay, MemoryFromTheTraceTriggersUpdates) {
+  Trace t = SeqTrace({{0, 5}, {30, 5}, {90, 5}, {150, 5}});
+  t.mem_usage = {0.5, 0.95, 0.5, 0.5};
+  std::vector<std::pair<double, UpdateTrigger>> seen;
+  ReplayOptions o;
+  o.on_update = [&](const UpdateRecord& r) { seen.push_back({r.time, r.trigger}); };
+  auto r = Replay(SeqConfig({8, 16}), t, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The check at 60 sees the row at 30 (0.95): a memory update; at 120, 0.5: none.
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].first, 60.0);
+  EXPECT_EQ(seen[0].second, UpdateTrigger::kMemory);
+}
+
+TEST(Replay, MemoryModelTracksCompiledGraphs) {
+  RuntimeConfig c = SeqConfig({4, 8, 16});
+  c.memory_model = MemoryModel{1000, 850, 60, 0};  // each graph 60 bytes
+  // Two graphs at t < 60 push usage to (850 + 120) / 1000 = 0.97.
+  Trace t = SeqTrace({{0, 3}, {10, 7}, {70, 3}, {200, 3}});
+  std::vector<UpdateRecord> records;
+  ReplayOptions o;
+  o.on_update = [&](const UpdateRecord& r) { records.push_back(r); };
+  auto r = Replay(c, t, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records[0].trigger, UpdateTrigger::kMemory);
+  EXPECT_NEAR(*records[0].memory.usage, 0.97, 1e-12);
+  EXPECT_DOUBLE_EQ(r->peak_graph_bytes, 120);
+}
+
+TEST(Replay, RejectsMismatchedInputs) {
+  Trace t = SeqTrace({{0, 3}});
+  t.dimensions = {"BATCHSIZE"};
+  EXPECT_THAT(Replay(SeqConfig({4}), t, {}).status().message(), HasSubstr("trace column 0: BATCHSIZE"));
+  EXPECT_FALSE(Replay(SeqConfig({4}), SeqTrace({}), {}).ok());
+  ReplayOptions o;
+  o.update_at = {std::nan("")};
+  EXPECT_THAT(Replay(SeqConfig({4}), SeqTrace({{0, 3}}), o).status().message(), HasSubstr("--update-at"));
+}
+
+TEST(Replay, SummaryJsonHasTheDocumentedKeys) {
+  ReplayOptions o;
+  o.policy = ReplayPolicy::kStatic;
+  auto r = Replay(SeqConfig({4, 8}), SeqTrace({{0, 3}, {1, 5}}), o);
+  ASSERT_TRUE(r.ok());
+  const auto j = nlohmann::json::parse(ReplayResultJson(*r));
+  for (const char* key : {"requests", "padding_waste", "split_requests", "compiles", "updates",
+                          "avg_gears", "final_gears"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["final_gears"]["SEQLEN"], nlohmann::json::array({4, 8}));
+}
+
+}  // namespace
+}  // namespace gearbox

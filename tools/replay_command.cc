@@ -1,0 +1,237 @@
+// `gearbox replay`: what would gearbox do on this traffic, and how much would
+// it save against a static ladder? Runs the real runtime on the trace (see
+// gearbox/replay.h) for each policy and prints a side-by-side table.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "fmt/format.h"
+#include "gearbox/config.h"
+#include "gearbox/planners.h"
+#include "gearbox/replay.h"
+#include "nlohmann/json.hpp"
+#include "tools/commands.h"
+#include "tools/output.h"
+
+namespace gearbox::tools {
+namespace {
+
+struct ReplayFlags {
+  std::string config;
+  std::string trace;
+  std::string policies = "adaptive";
+  std::string decisions;
+  std::string summary;
+  std::string plot;
+  std::string update_at;
+  bool optimum = false;
+  double bucket_seconds = 60.0;
+};
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "gearbox replay: %s\n", std::string(s.message()).c_str());
+  return 2;
+}
+
+absl::StatusOr<std::vector<double>> ParseTimes(const std::string& text) {
+  std::vector<double> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      const double t = std::stod(item, &used);
+      if (used != item.size() || !std::isfinite(t)) throw std::invalid_argument(item);
+      out.push_back(t);
+    } catch (const std::exception&) {
+      return absl::InvalidArgumentError(
+          fmt::format("--update-at: \"{}\" is not allowed; comma-separated times in seconds", item));
+    }
+  }
+  return out;
+}
+
+// The offline optimum of one dimension at a gear count.
+struct Optimum {
+  int gears = 0;
+  GearPlan plan;
+};
+
+std::string Percent(double x) { return fmt::format("{:.2f}%", 100.0 * x); }
+
+int RunReplay(const ReplayFlags& f) {
+  auto config = LoadConfigFile(f.config);
+  if (!config.ok()) return Fail(config.status());
+  std::vector<std::string> dims;
+  for (const auto& d : config->dims) dims.push_back(d.name);
+  auto trace = LoadTraceFile(f.trace, dims);
+  if (!trace.ok()) return Fail(trace.status());
+  std::vector<ReplayPolicy> policies;
+  {
+    std::stringstream in(f.policies);
+    std::string name;
+    while (std::getline(in, name, ',')) {
+      auto p = ParseReplayPolicy(name);
+      if (!p.ok()) return Fail(p.status());
+      policies.push_back(*p);
+    }
+    if (policies.empty()) return Fail(absl::InvalidArgumentError("--policy: name at least one policy"));
+  }
+  std::vector<double> update_at;
+  if (!f.update_at.empty()) {
+    auto times = ParseTimes(f.update_at);
+    if (!times.ok()) return Fail(times.status());
+    update_at = *times;
+  }
+  std::unique_ptr<AtomicFile> decisions;
+  if (!f.decisions.empty()) {
+    decisions = std::make_unique<AtomicFile>(f.decisions);
+    if (auto s = decisions->status(); !s.ok()) return Fail(s);
+  }
+
+  std::vector<ReplayResult> results;
+  for (ReplayPolicy policy : policies) {
+    ReplayOptions options;
+    options.policy = policy;
+    options.update_at = update_at;
+    options.timeline_bucket_seconds = f.bucket_seconds;
+    const std::string name(ReplayPolicyName(policy));
+    if (decisions) {
+      options.on_update = [&decisions, name](const UpdateRecord& r) {
+        const std::string line = UpdateRecordToJson(r);
+        decisions->stream() << "{\"policy\":\"" << name << "\"," << line.substr(1) << '\n';
+      };
+    }
+    ProgressBar bar("replay " + name);
+    options.progress = [&bar](size_t done, size_t total) { bar.Update(done, total); };
+    auto result = Replay(*config, *trace, options);
+    bar.Finish();
+    if (!result.ok()) return Fail(result.status());
+    results.push_back(*std::move(result));
+  }
+
+  // Offline optimum per dimension at each policy's (rounded) average gear count.
+  std::vector<std::map<int, GearPlan>> optimum(dims.size());
+  if (f.optimum) {
+    for (size_t d = 0; d < dims.size(); ++d) {
+      std::vector<int64_t> sizes;
+      sizes.reserve(trace->rows());
+      for (size_t i = 0; i < trace->rows(); ++i) sizes.push_back(trace->row(i)[d]);
+      const SizeHistogram hist = SizeHistogram::FromSizes(sizes);
+      for (const ReplayResult& r : results) {
+        const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
+        if (optimum[d].count(k)) continue;
+        auto plan = OptimalGears(hist, k, config->dims[d].splittable);
+        if (!plan.ok()) return Fail(plan.status());
+        optimum[d][k] = *std::move(plan);
+      }
+    }
+  }
+
+  // The table.
+  std::string out = fmt::format("trace {}: {} requests over {:.1f} min\n", f.trace, trace->rows(),
+                                trace->duration() / 60.0);
+  auto row = [&](const std::string& label, auto cell) {
+    out += fmt::format("  {:<34}", label);
+    for (const ReplayResult& r : results) out += fmt::format("{:>16}", cell(r));
+    out += '\n';
+  };
+  out += fmt::format("  {:<34}", "");
+  for (const ReplayResult& r : results) out += fmt::format("{:>16}", r.policy);
+  out += '\n';
+  row("padding waste (all dimensions)", [](const ReplayResult& r) { return Percent(r.padding_waste); });
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims.size() > 1) {
+      row(fmt::format("  {} alone", dims[d]),
+          [d](const ReplayResult& r) { return Percent(r.dimension_waste(static_cast<int>(d))); });
+    }
+    row(fmt::format("avg gears {}", dims[d]),
+        [d](const ReplayResult& r) { return fmt::format("{:.1f}", r.avg_gears[d]); });
+    if (f.optimum) {
+      row(fmt::format("  offline optimum, same gear count"), [&, d](const ReplayResult& r) {
+        const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
+        return fmt::format("{} ({})", Percent(optimum[d].at(k).waste()), k);
+      });
+    }
+    row(fmt::format("final gears {}", dims[d]),
+        [d](const ReplayResult& r) { return fmt::format("{}", r.final_gears[d].size()); });
+  }
+  row("compiles", [](const ReplayResult& r) { return fmt::format("{}", r.compiles); });
+  row("updates (changed the gears)",
+      [](const ReplayResult& r) { return fmt::format("{} ({})", r.updates, r.updates_changed); });
+  row("split / eager / rejected requests", [](const ReplayResult& r) {
+    return fmt::format("{}/{}/{}", r.split_requests, r.eager_requests, r.rejected_requests);
+  });
+  row("peak graphs alive", [](const ReplayResult& r) { return fmt::format("{}", r.peak_graphs); });
+  if (config->memory_model) {
+    row("peak graph memory (GiB)",
+        [](const ReplayResult& r) { return fmt::format("{:.2f}", r.peak_graph_bytes / (1 << 30)); });
+  }
+  row("replay speed (requests/s)", [](const ReplayResult& r) {
+    return fmt::format("{:.2f}M", static_cast<double>(r.requests) / std::max(r.wall_seconds, 1e-9) / 1e6);
+  });
+  std::fputs(out.c_str(), stdout);
+  for (const ReplayResult& r : results) {
+    if (r.rejected_requests > 0) {
+      std::fprintf(stderr, "gearbox replay: %s rejected %llu requests; first: %s\n", r.policy.c_str(),
+                   static_cast<unsigned long long>(r.rejected_requests), r.first_rejection.c_str());
+    }
+  }
+
+  if (!f.summary.empty()) {
+    nlohmann::ordered_json summary;
+    auto one = [&](const ReplayResult& r) {
+      nlohmann::ordered_json j = nlohmann::ordered_json::parse(ReplayResultJson(r));
+      if (f.optimum) {
+        nlohmann::ordered_json o = nlohmann::ordered_json::object();
+        for (size_t d = 0; d < dims.size(); ++d) {
+          const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
+          const GearPlan& p = optimum[d].at(k);
+          o[dims[d]] = {{"gears", k}, {"waste", p.waste()}, {"gear_list", p.gears}, {"search", p.search}};
+        }
+        j["offline_optimum"] = o;
+      }
+      return j;
+    };
+    if (results.size() == 1) {
+      summary = one(results.front());
+    } else {
+      summary["trace"] = f.trace;
+      summary["policies"] = nlohmann::ordered_json::object();
+      for (const ReplayResult& r : results) summary["policies"][r.policy] = one(r);
+    }
+    if (auto s = WriteFileAtomically(f.summary, summary.dump(2) + "\n"); !s.ok()) return Fail(s);
+  }
+  if (!f.plot.empty()) {
+    if (auto s = WriteReplayPlot(results, f.plot); !s.ok()) return Fail(s);
+  }
+  if (decisions) {
+    if (auto s = decisions->Commit(); !s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command AddReplayCommand(CLI::App& app) {
+  auto f = std::make_shared<ReplayFlags>();
+  CLI::App* cmd = app.add_subcommand("replay", "replay a trace through the runtime on a virtual clock");
+  cmd->add_option("--config", f->config, "config JSON (dims, adaptive, memory_model)")->required();
+  cmd->add_option("--trace", f->trace, "trace CSV (t, one column per dimension, optional mem_usage)")
+      ->required();
+  cmd->add_option("--policy", f->policies, "adaptive, static, or a comma-separated list");
+  cmd->add_option("--decisions", f->decisions, "write each update's record here (JSON Lines)");
+  cmd->add_option("--summary", f->summary, "write the figures here (JSON)");
+  cmd->add_option("--plot", f->plot, "write gears and padding waste over time here (PNG)");
+  cmd->add_option("--update-at", f->update_at,
+                  "run updates exactly at these trace times (comma-separated seconds)");
+  cmd->add_flag("--optimum", f->optimum,
+                "also compute the offline-optimal gears at each policy's average gear count");
+  cmd->add_option("--bucket-seconds", f->bucket_seconds, "width of the waste timeline buckets")
+      ->check(CLI::PositiveNumber);
+  return [f] { return RunReplay(*f); };
+}
+
+}  // namespace gearbox::tools
