@@ -112,8 +112,12 @@ int RunReplay(const ReplayFlags& f) {
     results.push_back(*std::move(result));
   }
 
-  // Offline optimum per dimension at each policy's (rounded) average gear count.
+  // Offline optimum per dimension at each policy's (rounded) average gear
+  // count: covering the largest size (no splitting), and, for splittable
+  // dimensions, with splitting allowed (where padding alone favours many
+  // small chunks, so it is shown apart).
   std::vector<std::map<int, GearPlan>> optimum(dims.size());
+  std::vector<std::map<int, GearPlan>> optimum_split(dims.size());
   if (f.optimum) {
     for (size_t d = 0; d < dims.size(); ++d) {
       std::vector<int64_t> sizes;
@@ -123,9 +127,14 @@ int RunReplay(const ReplayFlags& f) {
       for (const ReplayResult& r : results) {
         const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
         if (optimum[d].count(k)) continue;
-        auto plan = OptimalGears(hist, k, config->dims[d].splittable);
+        auto plan = OptimalGears(hist, k, /*splittable=*/false);
         if (!plan.ok()) return Fail(plan.status());
         optimum[d][k] = *std::move(plan);
+        if (config->dims[d].splittable) {
+          auto split = OptimalGears(hist, k, /*splittable=*/true);
+          if (!split.ok()) return Fail(split.status());
+          optimum_split[d][k] = *std::move(split);
+        }
       }
     }
   }
@@ -154,6 +163,12 @@ int RunReplay(const ReplayFlags& f) {
         const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
         return fmt::format("{} ({})", Percent(optimum[d].at(k).waste()), k);
       });
+      if (config->dims[d].splittable) {
+        row(fmt::format("  ... splitting allowed"), [&, d](const ReplayResult& r) {
+          const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
+          return fmt::format("{} ({})", Percent(optimum_split[d].at(k).waste()), k);
+        });
+      }
     }
     row(fmt::format("final gears {}", dims[d]),
         [d](const ReplayResult& r) { return fmt::format("{}", r.final_gears[d].size()); });
@@ -189,7 +204,12 @@ int RunReplay(const ReplayFlags& f) {
         for (size_t d = 0; d < dims.size(); ++d) {
           const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
           const GearPlan& p = optimum[d].at(k);
-          o[dims[d]] = {{"gears", k}, {"waste", p.waste()}, {"gear_list", p.gears}, {"search", p.search}};
+          o[dims[d]] = {{"gears", k}, {"waste", p.waste()}, {"gear_list", p.gears}};
+          if (config->dims[d].splittable) {
+            const GearPlan& q = optimum_split[d].at(k);
+            o[dims[d]]["with_splitting"] = {
+                {"waste", q.waste()}, {"gear_list", q.gears}, {"search", q.search}};
+          }
         }
         j["offline_optimum"] = o;
       }
