@@ -1,29 +1,53 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, then
-#  1. builds with g++ (warnings as errors) and runs every test;
-#  2. builds with clang-14 and -Wthread-safety (warnings as errors);
-#  3. builds the tests with ThreadSanitizer and runs the concurrency tests.
+#  1. g++, Release, warnings as errors: every test;
+#  2. clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer and
+#     -Wthread-safety (warnings as errors): every test, then each libFuzzer
+#     harness for FUZZ_SECONDS (default 20) from its seed corpus;
+#  3. clang-14 with ThreadSanitizer: the concurrency and fault tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+fuzz_seconds=${FUZZ_SECONDS:-20}
+start=$(date +%s)
+stage() { echo "== $1 ($(( $(date +%s) - start )) s)"; }
 
-echo "== g++: build and test"
+stage "g++: build and test"
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== clang-14: thread-safety analysis"
-CXX=clang++-14 cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DGEARBOX_WERROR=ON >/dev/null
-cmake --build build-clang -j "$jobs"
+stage "clang-14: ASan + UBSan + thread-safety analysis"
+CXX=clang++-14 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DGEARBOX_WERROR=ON -DGEARBOX_SANITIZE=address,undefined -DGEARBOX_FUZZ=ON \
+  -DGEARBOX_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
-echo "== clang-14: ThreadSanitizer"
+stage "libFuzzer: ${fuzz_seconds} s per harness"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for harness in config trace plan pool runtime; do
+  mkdir -p "$work/$harness"
+  cp fuzz/corpus/$harness/* "$work/$harness/"
+  (cd "$work" && ASAN_OPTIONS="detect_leaks=1" "$OLDPWD/build-asan/fuzz/${harness}_fuzz" \
+     "$work/$harness" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 \
+     2>&1 | grep -E "stat::number_of_executed_units|ERROR|SUMMARY" || true)
+  if ls "$work"/crash-* "$work"/oom-* "$work"/timeout-* "$work"/leak-* >/dev/null 2>&1; then
+    echo "fuzzer $harness found a failing input:"; ls "$work"/crash-* "$work"/oom-* "$work"/timeout-* "$work"/leak-* 2>/dev/null
+    exit 1
+  fi
+  echo "  $harness: clean"
+done
+
+stage "clang-14: ThreadSanitizer"
 CXX=clang++-14 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DGEARBOX_WERROR=ON -DGEARBOX_SANITIZE=thread -DGEARBOX_BUILD_BENCHMARKS=OFF \
   -DGEARBOX_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-tsan -j "$jobs"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
-  -R 'Stress|SnapshotStore|Worker|Pool|Runtime'
-echo "== all tests passed"
+  -R 'Stress|SnapshotStore|Worker|Pool|Runtime|Faults'
+stage "all tests passed"

@@ -28,8 +28,8 @@ struct Counted : GraphResource {
 };
 
 TEST(Pool, RegisterConsumeRemoveLifecycle) {
+  std::atomic<int> alive{0};  // outlives the pool, whose resources touch it
   GraphResourcePool pool;
-  std::atomic<int> alive{0};
   const GraphKey a = pool.Register(std::make_shared<Counted>(&alive, 10));
   const GraphKey b = pool.Register(std::make_shared<Counted>(&alive, 20));
   EXPECT_NE(a, 0u);
@@ -50,8 +50,8 @@ TEST(Pool, RegisterConsumeRemoveLifecycle) {
 }
 
 TEST(Pool, PendingKeysArePerThread) {
-  GraphResourcePool pool;
   std::atomic<int> alive{0};
+  GraphResourcePool pool;
   const GraphKey mine = pool.Register(std::make_shared<Counted>(&alive, 1));
   std::vector<GraphKey> theirs;
   std::thread other([&] {
@@ -65,8 +65,8 @@ TEST(Pool, PendingKeysArePerThread) {
 }
 
 TEST(Pool, HeldResourceIsReleasedOnlyWhenTheLastHolderLetsGo) {
-  GraphResourcePool pool;
   std::atomic<int> alive{0};
+  GraphResourcePool pool;
   const GraphKey k = pool.Register(std::make_shared<Counted>(&alive, 5, &pool));
   std::shared_ptr<GraphResource> held = pool.Acquire(k);
   ASSERT_NE(held, nullptr);

@@ -151,8 +151,8 @@ struct TrackedGraph : GraphResource {
 TEST(Runtime, EvictionReleasesTheGraphsOfEvictedGearsOnly) {
   AdaptiveOptions o;
   o.recent_use_protect_seconds = 0;
+  std::atomic<int> live{0};  // outlives the fixture's pool
   Fixture f(Batch({4, 16, 64}), o);
-  std::atomic<int> live{0};
   // Compile a graph for each gear and attach its key.
   std::map<int64_t, GraphKey> key_of;
   for (int64_t g : {4, 16, 64}) {
@@ -193,8 +193,8 @@ TEST(Runtime, EvictionReleasesTheGraphsOfEvictedGearsOnly) {
 TEST(Runtime, KeysSharedByTwoDimensionsAreReleasedOnce) {
   AdaptiveOptions o;
   o.recent_use_protect_seconds = 0;
-  Fixture f({{"BATCHSIZE", {2, 8}, true, false}, {"SEQLEN", {64, 128}, false, false}}, o);
   std::atomic<int> live{0};
+  Fixture f({{"BATCHSIZE", {2, 8}, true, false}, {"SEQLEN", {64, 128}, false, false}}, o);
   f.pool.Register(std::make_shared<TrackedGraph>(&live));
   const auto keys = f.pool.ConsumeRecentKeys();
   const int64_t variant[] = {2, 64};

@@ -164,7 +164,8 @@ TEST(Stress, RequestsUpdatesAndReleasesInterleaveSafely) {
   EXPECT_EQ(g_released_while_held.load(), 0);
   const RuntimeCounters c = runtime->counters();
   EXPECT_EQ(c.events_pending, 0u);
-  EXPECT_EQ(c.events_recorded, c.events_folded + c.events_for_evicted_gears + c.events_too_late);
+  EXPECT_EQ(c.events_recorded, c.events_folded + c.events_for_evicted_gears + c.events_too_late +
+                                   c.events_bad_time);
   EXPECT_GT(changes.load(), 10u) << "the test should churn gears";
   // No leaked graph: every live graph is a pool entry for current gears.
   EXPECT_EQ(static_cast<size_t>(g_alive.load()), pool.size());

@@ -49,6 +49,10 @@ struct Variant {
   int64_t offset[kMaxDimensions] = {};
 };
 
+// Most executed variants one request may plan into (beyond it, MakePlan
+// reports an error instead of planning billions of chunks).
+inline constexpr int64_t kMaxVariantsPerRequest = int64_t{1} << 30;
+
 // Identical variants, as one group index per dimension and how many they are.
 struct VariantGroup {
   int group[kMaxDimensions] = {};
@@ -92,7 +96,8 @@ class Plan {
 // Plans a request with `raw[d]` along dimension d of `gears` into *plan.
 // Pure, no allocation on success. Errors: wrong number of sizes, a size < 1,
 // a size above the largest gear of a dimension that neither splits nor
-// falls back; *plan is then unspecified.
+// falls back, more than kMaxVariantsPerRequest chunks; *plan is then
+// unspecified.
 absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* plan);
 // The same, returning the plan (one copy more).
 absl::StatusOr<Plan> MakePlan(const GearSet& gears, std::span<const int64_t> raw);

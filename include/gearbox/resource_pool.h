@@ -9,10 +9,15 @@
 // Safety (stronger than the reference, which synchronizes and releases
 // regardless): the pool holds one reference to each resource; a request
 // holds another (Acquire) for as long as it uses the resource. RemoveByKeys
-// drops the pool's reference, outside the pool's lock; the resource's
-// destructor, which releases it, runs when the last reference goes, so a
-// resource in use is never released. That is on the worker's thread when no
-// request holds it, else on the thread of the request that finishes last.
+// drops the pool's reference, outside the pool's lock; Release() runs when
+// the last reference goes, so a resource in use is never released. That is
+// on the remover's thread (the worker) when no request holds it, else on the
+// thread of the request that finishes last.
+//
+// A Release() that fails (returns an error or throws) is logged and retried
+// at later RemoveByKeys / RetryFailedReleases calls, up to
+// max_release_attempts in all; then the resource is abandoned (counted, and
+// logged as leaked). Bookkeeping never depends on it: the key is gone.
 //
 // Thread-safety: every method may be called from any thread concurrently.
 #ifndef GEARBOX_RESOURCE_POOL_H_
@@ -26,24 +31,38 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "gearbox/log.h"
 #include "gearbox/mutex.h"
 
 namespace gearbox {
 
-// A compiled graph or any other releasable resource. Its destructor must
-// release it (and wait for device work that uses it, where that applies).
+// A compiled graph or any other releasable resource.
 class GraphResource {
  public:
   virtual ~GraphResource() = default;
   // Bytes of device (or host) memory it holds, for budgets and reports.
   virtual int64_t bytes() const { return 0; }
+  // Frees the device resource (waiting for device work that uses it, where
+  // that applies). The pool calls it once the resource has left the pool and
+  // nobody holds it; again only if it failed. The object is destroyed after
+  // a successful Release (or when abandoned). Default: nothing to free
+  // beyond what the destructor frees.
+  virtual absl::Status Release() { return absl::OkStatus(); }
 };
 
 using GraphKey = uint64_t;
 
+struct PoolOptions {
+  // Attempts at releasing a resource before it is abandoned.
+  int max_release_attempts = 5;
+  // Where failed releases are reported; null means stderr.
+  LogSink log;
+};
+
 class GraphResourcePool {
  public:
-  GraphResourcePool() = default;
+  explicit GraphResourcePool(PoolOptions options = {});
   ~GraphResourcePool();
   GraphResourcePool(const GraphResourcePool&) = delete;
   GraphResourcePool& operator=(const GraphResourcePool&) = delete;
@@ -59,24 +78,37 @@ class GraphResourcePool {
   // Returns and clears the keys this thread registered since its last call.
   std::vector<GraphKey> ConsumeRecentKeys();
 
-  // A reference that keeps the resource alive while held, or null when the
-  // key was removed (or never existed).
+  // A reference that keeps the resource alive (unreleased) while held, or
+  // null when the key was removed (or never existed).
   std::shared_ptr<GraphResource> Acquire(GraphKey key) const;
 
   // Drops the pool's reference to each key's resource. Unknown or already
-  // removed keys are skipped. Returns how many entries it removed.
+  // removed keys are skipped. Returns how many entries it removed. Retries
+  // failed releases first.
   size_t RemoveByKeys(std::span<const GraphKey> keys);
+
+  // Retries releases that failed; returns how many are still waiting.
+  size_t RetryFailedReleases();
 
   size_t size() const;          // live entries
   int64_t bytes() const;        // sum of bytes() over live entries
   uint64_t registered() const { return registered_.load(std::memory_order_relaxed); }
   uint64_t removed() const { return removed_.load(std::memory_order_relaxed); }
+  // Release outcomes (shared with resources that outlive the pool).
+  uint64_t released() const;
+  uint64_t release_failures() const;  // failed attempts
+  uint64_t abandoned() const;         // given up after max_release_attempts
+  size_t waiting_for_release() const;
 
  private:
+  // Shared by the pool and every reference it handed out, so a resource
+  // released after the pool is gone still has somewhere to report.
+  struct ReleaseState;
   struct Entry {
-    std::shared_ptr<GraphResource> resource;
-    int64_t bytes = 0;  // as reported at registration
+    std::shared_ptr<GraphResource> resource;  // the handle whose last drop releases
+    int64_t bytes = 0;                        // as reported at registration
   };
+  std::shared_ptr<ReleaseState> release_;
   mutable Mutex mu_;
   GraphKey next_key_ ABSL_GUARDED_BY(mu_) = 1;
   std::unordered_map<GraphKey, Entry> entries_ ABSL_GUARDED_BY(mu_);

@@ -78,6 +78,7 @@ struct RuntimeCounters {
   uint64_t events_folded = 0;    // ... of which folded into window statistics
   uint64_t events_for_evicted_gears = 0;  // ... dropped: their gear was evicted first
   uint64_t events_too_late = 0;  // ... dropped: older than the window ring
+  uint64_t events_bad_time = 0;  // ... dropped: NaN, infinite or |t| > 1e15 s
   uint64_t events_pending = 0;   // recorded but not folded yet (derived)
   uint64_t updates = 0;          // RunOnce calls that completed
   uint64_t updates_changed = 0;  // ... that changed the gear set

@@ -53,6 +53,8 @@ Trace PrefillView(const std::vector<RequestRecord>& requests);
 struct DecodeSimulation {
   double step_seconds = 0.02;
   int64_t max_running = 256;
+  // Refuse inputs whose output tokens (a bound on the rows) exceed this.
+  int64_t max_rows = 50'000'000;
 };
 absl::StatusOr<Trace> DecodeView(const std::vector<RequestRecord>& requests,
                                  const DecodeSimulation& simulation);

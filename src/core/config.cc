@@ -299,6 +299,8 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
     const size_t line = 1 + static_cast<size_t>(std::count(json_text.begin(),
                                                            json_text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
     return absl::InvalidArgumentError(Cat("config line ", line, ": not valid JSON (", e.what(), ")"));
+  } catch (const json::exception& e) {  // e.g. a number too large to represent
+    return absl::InvalidArgumentError(Cat("config: not valid JSON (", e.what(), ")"));
   }
   if (!root.is_object()) return InvalidField("config", Shown(root), "a JSON object");
   if (auto s = CheckKeys(root, "", {"dims", "adaptive", "memory_model"}); !s.ok()) return s;

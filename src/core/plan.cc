@@ -93,7 +93,14 @@ absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* 
         dp.num_groups = 2;
       }
       plan->num_variant_groups_ *= dp.num_groups;
-      plan->num_variants_ *= dp.num_chunks();
+      const int64_t chunks = dp.num_chunks();
+      if (chunks > kMaxVariantsPerRequest / plan->num_variants_) {
+        return internal::InvalidFieldValue(
+            spec.name, size,
+            internal::Cat("the request would run more than ", kMaxVariantsPerRequest,
+                          " chunks (largest gear ", max, ")"));
+      }
+      plan->num_variants_ *= chunks;
     } else if (spec.eager_fallback) {
       dp.eager = true;
       dp.num_groups = 1;

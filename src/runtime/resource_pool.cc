@@ -1,8 +1,68 @@
 #include "gearbox/resource_pool.h"
 
+#include <exception>
 #include <map>
 
+#include "src/common/errors.h"
+
 namespace gearbox {
+
+// Release bookkeeping. Thread-safety: mu guards everything; Release() calls
+// run outside it.
+struct GraphResourcePool::ReleaseState {
+  explicit ReleaseState(PoolOptions o) : options(std::move(o)) {}
+  const PoolOptions options;
+  Mutex mu;
+  struct Failed {
+    std::shared_ptr<GraphResource> resource;  // the original owner
+    int attempts = 0;
+  };
+  std::vector<Failed> failed ABSL_GUARDED_BY(mu);
+  uint64_t released ABSL_GUARDED_BY(mu) = 0;
+  uint64_t failures ABSL_GUARDED_BY(mu) = 0;
+  uint64_t abandoned ABSL_GUARDED_BY(mu) = 0;
+
+  void Log(const std::string& message) const {
+    if (options.log) {
+      options.log(LogLevel::kWarning, message);
+    } else {
+      StderrLogSink(LogLevel::kWarning, message);
+    }
+  }
+
+  // One attempt; the resource is destroyed on success or when abandoned.
+  void Attempt(std::shared_ptr<GraphResource> resource, int attempts_before) {
+    std::string error;
+    try {
+      absl::Status s = resource->Release();
+      if (!s.ok()) error = internal::Message(s);
+    } catch (const std::exception& e) {
+      error = internal::Cat("threw: ", e.what());
+    } catch (...) {
+      error = "threw an unknown exception";
+    }
+    const int attempts = attempts_before + 1;
+    if (error.empty()) {
+      MutexLock lock(&mu);
+      ++released;
+      return;  // `resource` is destroyed here, outside the lock
+    }
+    const bool give_up = attempts >= options.max_release_attempts;
+    Log(internal::Cat("graph release failed (attempt ", attempts, " of ",
+                      options.max_release_attempts, "): ", error,
+                      give_up ? "; giving up, the resource is leaked" : "; will retry"));
+    MutexLock lock(&mu);
+    ++failures;
+    if (give_up) {
+      ++abandoned;
+    } else {
+      failed.push_back({std::move(resource), attempts});
+    }
+  }
+};
+
+GraphResourcePool::GraphResourcePool(PoolOptions options)
+    : release_(std::make_shared<ReleaseState>(std::move(options))) {}
 
 GraphResourcePool::~GraphResourcePool() {
   std::unordered_map<GraphKey, Entry> entries;
@@ -10,7 +70,8 @@ GraphResourcePool::~GraphResourcePool() {
     MutexLock lock(&mu_);
     entries.swap(entries_);
   }
-  // Destructors run here, outside the lock.
+  entries.clear();  // releases run here, outside the lock
+  RetryFailedReleases();
 }
 
 GraphResourcePool& GraphResourcePool::GetPool(int device_index) {
@@ -25,9 +86,16 @@ GraphResourcePool& GraphResourcePool::GetPool(int device_index) {
 GraphKey GraphResourcePool::Register(std::shared_ptr<GraphResource> resource) {
   if (resource == nullptr) return 0;
   const int64_t bytes = resource->bytes();
+  // The handle shares ownership with every Acquire; its deleter releases
+  // the resource once the last of them is gone.
+  GraphResource* raw = resource.get();
+  std::shared_ptr<GraphResource> handle(
+      raw, [state = release_, owner = std::move(resource)](GraphResource*) mutable noexcept {
+        state->Attempt(std::move(owner), 0);
+      });
   MutexLock lock(&mu_);
   const GraphKey key = next_key_++;
-  entries_.emplace(key, Entry{std::move(resource), bytes});
+  entries_.emplace(key, Entry{std::move(handle), bytes});
   pending_by_thread_[std::this_thread::get_id()].push_back(key);
   bytes_ += bytes;
   registered_.fetch_add(1, std::memory_order_relaxed);
@@ -50,6 +118,7 @@ std::shared_ptr<GraphResource> GraphResourcePool::Acquire(GraphKey key) const {
 }
 
 size_t GraphResourcePool::RemoveByKeys(std::span<const GraphKey> keys) {
+  RetryFailedReleases();
   std::vector<std::shared_ptr<GraphResource>> dropped;
   dropped.reserve(keys.size());
   {
@@ -63,7 +132,20 @@ size_t GraphResourcePool::RemoveByKeys(std::span<const GraphKey> keys) {
     }
   }
   removed_.fetch_add(dropped.size(), std::memory_order_relaxed);
-  return dropped.size();  // references drop here, outside the lock
+  const size_t count = dropped.size();
+  dropped.clear();  // unheld resources are released here, outside the lock
+  return count;
+}
+
+size_t GraphResourcePool::RetryFailedReleases() {
+  std::vector<ReleaseState::Failed> retry;
+  {
+    MutexLock lock(&release_->mu);
+    retry.swap(release_->failed);
+  }
+  for (auto& f : retry) release_->Attempt(std::move(f.resource), f.attempts);
+  MutexLock lock(&release_->mu);
+  return release_->failed.size();
 }
 
 size_t GraphResourcePool::size() const {
@@ -74,6 +156,26 @@ size_t GraphResourcePool::size() const {
 int64_t GraphResourcePool::bytes() const {
   MutexLock lock(&mu_);
   return bytes_;
+}
+
+uint64_t GraphResourcePool::released() const {
+  MutexLock lock(&release_->mu);
+  return release_->released;
+}
+
+uint64_t GraphResourcePool::release_failures() const {
+  MutexLock lock(&release_->mu);
+  return release_->failures;
+}
+
+uint64_t GraphResourcePool::abandoned() const {
+  MutexLock lock(&release_->mu);
+  return release_->abandoned;
+}
+
+size_t GraphResourcePool::waiting_for_release() const {
+  MutexLock lock(&release_->mu);
+  return release_->failed.size();
 }
 
 }  // namespace gearbox

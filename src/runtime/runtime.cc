@@ -372,9 +372,11 @@ RuntimeCounters AdaptiveGearRuntime::counters() const {
     c.events_folded = f.events;
     c.events_for_evicted_gears = f.evicted_gear;
     c.events_too_late = f.too_late;
+    c.events_bad_time = f.bad_time;
     c.stats_memory_bytes = impl_->window.MemoryBytes();
   }
-  const uint64_t accounted = c.events_folded + c.events_for_evicted_gears + c.events_too_late;
+  const uint64_t accounted =
+      c.events_folded + c.events_for_evicted_gears + c.events_too_late + c.events_bad_time;
   c.events_pending = c.events_recorded > accounted ? c.events_recorded - accounted : 0;
   c.updates = impl_->updates.load(std::memory_order_relaxed);
   c.updates_changed = impl_->updates_changed.load(std::memory_order_relaxed);

@@ -70,6 +70,8 @@ void GearUpdateWorker::CheckOnce(double now) {
     runtime_->Log(LogLevel::kWarning, internal::Cat("adaptive gear update at t=", now,
                                                    " failed and was skipped: ", error));
   }
+  // Releases that failed earlier get another attempt on every check.
+  runtime_->pool().RetryFailedReleases();
   MutexLock lock(&mu_);
   ++checks_;
   if (updated) ++updates_;

@@ -177,7 +177,7 @@ absl::StatusOr<std::vector<RequestRecord>> ReadMooncakeTrace(std::istream& in,
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(text);
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {
         return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": not valid JSON (", e.what(), ")"));
       }
       for (const char* key : {"timestamp", "input_length", "output_length"}) {
@@ -312,6 +312,14 @@ absl::StatusOr<Trace> DecodeView(const std::vector<RequestRecord>& requests,
   }
   if (sim.max_running < 1) {
     return internal::InvalidFieldValue("--max-running", sim.max_running, "an integer >= 1");
+  }
+  // Bound the output: every decode step is a row.
+  double tokens = 0;
+  for (const RequestRecord& r : requests) tokens += static_cast<double>(r.output_tokens);
+  if (tokens > static_cast<double>(sim.max_rows)) {
+    return internal::InvalidField(
+        "decode view", Cat(tokens, " output tokens"),
+        Cat("at most ", sim.max_rows, " (every token is a decode step of one sequence)"));
   }
   struct Running {
     int64_t context;    // prompt + tokens generated so far

@@ -1,6 +1,7 @@
 #include "src/stats/window_store.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace gearbox::internal {
 
@@ -57,6 +58,10 @@ void WindowStore::Fold(const EventBuffer& buffer) {
 }
 
 void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, const int64_t* gear) {
+  if (!(std::fabs(time) <= 1e15)) {  // also catches NaN
+    ++counters_.bad_time;
+    return;
+  }
   bool folded = false;
   bool evicted = false;
   bool late = false;

@@ -26,6 +26,7 @@ struct FoldCounters {
   uint64_t variants = 0;        // the same, counting each event's variant count
   uint64_t evicted_gear = 0;    // events for a gear evicted before they were folded
   uint64_t too_late = 0;        // events older than the window ring
+  uint64_t bad_time = 0;        // events with a non-finite or absurd time (|t| > 1e15 s)
 };
 
 class WindowStore {

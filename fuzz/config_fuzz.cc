@@ -1,0 +1,19 @@
+// Fuzzes the config parser: any bytes either parse into a valid
+// configuration (whose gear set and options validate) or give an error.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "gearbox/config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  auto config = gearbox::ParseConfig(text);
+  if (!config.ok()) {
+    if (config.status().message().empty()) __builtin_trap();  // errors always say why
+    return 0;
+  }
+  if (!gearbox::GearSet::Create(config->dims).ok()) __builtin_trap();
+  if (!gearbox::ValidateAdaptiveOptions(config->adaptive).ok()) __builtin_trap();
+  return 0;
+}
