@@ -2,8 +2,11 @@
 # The main job: installs what is missing, builds, converts the bundled Azure
 # LLM conversation trace (one real hour) to the prefill view, and replays it
 # with the static TIMES ladder and the adaptive policy, next to the offline
-# optimum at the same average gear count. Writes out/summary.json,
-# out/decisions.jsonl and out/replay.png.
+# optimum at the same average gear count; then runs every request of it
+# through the oneDNN executor (a transformer block, hidden 64, prompt lengths
+# divided by 8 so it takes about a minute on 2 cores) and reports requests/s,
+# latency, compiles, gear memory and padding waste for both policies.
+# Writes out/summary.json, out/decisions.jsonl and out/replay.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -14,5 +17,6 @@ build-main/tools/gearbox trace convert --format azure --view prefill \
   --input data/AzureLLMInferenceTrace_conv.csv --output out/azure_conv_prefill.csv
 build-main/tools/gearbox replay --config data/configs/prefill_times.json \
   --trace out/azure_conv_prefill.csv --policy static,adaptive --optimum \
-  --summary out/summary.json --decisions out/decisions.jsonl --plot out/replay.png
+  --summary out/summary.json --decisions out/decisions.jsonl --plot out/replay.png \
+  --execute onednn --backend-param hidden=64 --backend-param heads=4 --size-scale 8
 echo "wrote out/summary.json, out/decisions.jsonl, out/replay.png"

@@ -4,7 +4,8 @@
 #  2. clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer and
 #     -Wthread-safety (warnings as errors): every test, then each libFuzzer
 #     harness for FUZZ_SECONDS (default 20) from its seed corpus;
-#  3. clang-14 with ThreadSanitizer: the concurrency and fault tests.
+#  3. clang-14 with ThreadSanitizer: the concurrency, fault and executor tests
+#     (not oneDNN's: its OpenMP runtime is not instrumented).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -49,5 +50,5 @@ CXX=clang++-14 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebIn
 cmake --build build-tsan -j "$jobs"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
-  -R 'Stress|SnapshotStore|Worker|Pool|Runtime|Faults'
+  -R 'Stress|SnapshotStore|Worker|Pool|Runtime|Faults|Executor'
 stage "all tests passed"

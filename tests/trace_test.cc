@@ -111,6 +111,8 @@ TEST(Convert, MooncakeJsonLinesAndCsv) {
   auto c = ReadMooncakeTrace(csv, "m.csv");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ((*c)[1].arrival, 0.25);
+  std::istringstream huge("{\"timestamp\": 1, \"input_length\": 8.4e72, \"output_length\": 1}\n");
+  EXPECT_THAT(ReadMooncakeTrace(huge, "m").status().message(), HasSubstr("column input_length"));  // found by fuzzing
   std::istringstream missing("{\"timestamp\": 1, \"input_length\": 5}\n");
   EXPECT_THAT(ReadMooncakeTrace(missing, "m").status().message(), HasSubstr("line 1, column output_length"));
 }

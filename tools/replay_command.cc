@@ -8,7 +8,9 @@
 #include <sstream>
 
 #include "fmt/format.h"
+#include "gearbox/backends/builtin.h"
 #include "gearbox/config.h"
+#include "gearbox/executed_replay.h"
 #include "gearbox/planners.h"
 #include "gearbox/replay.h"
 #include "nlohmann/json.hpp"
@@ -28,6 +30,12 @@ struct ReplayFlags {
   std::string update_at;
   bool optimum = false;
   double bucket_seconds = 60.0;
+  // Executed replay.
+  std::string execute;
+  std::vector<std::string> backend_params;
+  double size_scale = 1.0;
+  size_t max_requests = 0;
+  double memory_budget_mb = 0.0;
 };
 
 int Fail(const absl::Status& s) {
@@ -195,6 +203,72 @@ int RunReplay(const ReplayFlags& f) {
     }
   }
 
+  // Executed replay on a real backend.
+  std::vector<ExecutedReplayResult> executed;
+  if (!f.execute.empty()) {
+    if (auto s = RegisterBuiltinBackends(); !s.ok()) return Fail(s);
+    BackendParams params;
+    // Defaults that follow the config: the batch and sequence dimensions by name.
+    int seq = -1, batch = -1;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d] == "BATCHSIZE") batch = static_cast<int>(d);
+      if (dims[d] == "SEQLEN") seq = static_cast<int>(d);
+    }
+    if (seq < 0) seq = batch == 0 && dims.size() > 1 ? 1 : 0;
+    params["batch_dim"] = std::to_string(batch);
+    params["seq_dim"] = std::to_string(seq);
+    for (const std::string& kv : f.backend_params) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return Fail(absl::InvalidArgumentError("--backend-param: \"" + kv + "\" is not allowed; key=value"));
+      }
+      params[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    const RuntimeConfig scaled_config = ScaleConfigGears(*config, f.size_scale);
+    const Trace scaled_trace = ScaleTraceSizes(*trace, f.size_scale);
+    for (ReplayPolicy policy : policies) {
+      ExecutedReplayOptions options;
+      options.policy = policy;
+      options.update_at = update_at;
+      options.max_requests = f.max_requests;
+      options.memory_budget_bytes = static_cast<int64_t>(f.memory_budget_mb * 1024 * 1024);
+      ProgressBar bar("execute " + std::string(ReplayPolicyName(policy)));
+      options.progress = [&bar](size_t done, size_t total) { bar.Update(done, total); };
+      auto r = ExecutedReplay(scaled_config, scaled_trace,
+                              [&]() { return BackendRegistry::Global().Create(f.execute, params); }, options);
+      bar.Finish();
+      if (!r.ok()) return Fail(r.status());
+      executed.push_back(*std::move(r));
+    }
+    std::string t = fmt::format("executed on {} ({} requests{}):\n", f.execute, executed.front().requests,
+                                f.size_scale > 1 ? fmt::format(", sizes divided by {}", f.size_scale) : "");
+    auto erow = [&](const std::string& label, auto cell) {
+      t += fmt::format("  {:<34}", label);
+      for (const ExecutedReplayResult& r : executed) t += fmt::format("{:>16}", cell(r));
+      t += '\n';
+    };
+    erow("", [](const ExecutedReplayResult& r) { return r.policy; });
+    erow("requests/s", [](const ExecutedReplayResult& r) { return fmt::format("{:.0f}", r.requests_per_second); });
+    erow("latency p50 / p99 (ms)", [](const ExecutedReplayResult& r) {
+      return fmt::format("{:.3f} / {:.3f}", r.latency_p50_ms, r.latency_p99_ms);
+    });
+    erow("compiles (total compile s)", [](const ExecutedReplayResult& r) {
+      return fmt::format("{} ({:.2f})", r.compiles, r.compile_seconds);
+    });
+    erow("peak gear memory (MiB)", [](const ExecutedReplayResult& r) {
+      return fmt::format("{:.1f}", static_cast<double>(r.peak_gear_bytes) / (1 << 20));
+    });
+    erow("padding waste", [](const ExecutedReplayResult& r) { return Percent(r.padding_waste); });
+    erow("failed requests", [](const ExecutedReplayResult& r) { return fmt::format("{}", r.failed_requests); });
+    std::fputs(t.c_str(), stdout);
+    for (const ExecutedReplayResult& r : executed) {
+      if (r.failed_requests > 0) {
+        std::fprintf(stderr, "gearbox replay: %s: %llu requests failed; first: %s\n", r.policy.c_str(),
+                     static_cast<unsigned long long>(r.failed_requests), r.first_failure.c_str());
+      }
+    }
+  }
+
   if (!f.summary.empty()) {
     nlohmann::ordered_json summary;
     auto one = [&](const ReplayResult& r) {
@@ -215,12 +289,22 @@ int RunReplay(const ReplayFlags& f) {
       }
       return j;
     };
+    std::vector<nlohmann::ordered_json> each;
+    for (size_t i = 0; i < results.size(); ++i) {
+      nlohmann::ordered_json j = one(results[i]);
+      if (i < executed.size()) {
+        j["executed"] = nlohmann::ordered_json::parse(ExecutedReplayResultJson(executed[i]));
+        j["executed"]["backend"] = f.execute;
+        j["executed"]["size_scale"] = f.size_scale;
+      }
+      each.push_back(std::move(j));
+    }
     if (results.size() == 1) {
-      summary = one(results.front());
+      summary = each.front();
     } else {
       summary["trace"] = f.trace;
       summary["policies"] = nlohmann::ordered_json::object();
-      for (const ReplayResult& r : results) summary["policies"][r.policy] = one(r);
+      for (size_t i = 0; i < results.size(); ++i) summary["policies"][results[i].policy] = each[i];
     }
     if (auto s = WriteFileAtomically(f.summary, summary.dump(2) + "\n"); !s.ok()) return Fail(s);
   }
@@ -251,6 +335,16 @@ Command AddReplayCommand(CLI::App& app) {
                 "also compute the offline-optimal gears at each policy's average gear count");
   cmd->add_option("--bucket-seconds", f->bucket_seconds, "width of the waste timeline buckets")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--execute", f->execute,
+                  "also run every request through the executor on this backend (onednn, cuda_graph)");
+  cmd->add_option("--backend-param", f->backend_params, "backend parameter key=value (repeatable)");
+  cmd->add_option("--size-scale", f->size_scale,
+                  "executed replay: divide trace sizes and initial gears by this (rounding up)")
+      ->check(CLI::Range(1.0, 1e9));
+  cmd->add_option("--max-requests", f->max_requests, "executed replay: at most this many rows");
+  cmd->add_option("--memory-budget-mb", f->memory_budget_mb,
+                  "executed replay: memory probe = gear memory / this budget")
+      ->check(CLI::NonNegativeNumber);
   return [f] { return RunReplay(*f); };
 }
 

@@ -39,16 +39,19 @@ absl::Status CheckHostTensor(const DLTensor& tensor, std::span<const int64_t> ex
 absl::Status VariantShape(const DLTensor& full, std::span<const AxisBinding> bindings,
                           const Variant& variant, bool use_gear, std::span<int64_t> shape);
 
+// Destination tensors are descriptors of caller-owned memory: the data they
+// point to is written, the descriptors themselves are not.
+//
 // Copies the part of `input` covered by `variant` into `chunk`, whose bound
 // axes have the variant's gear sizes; the padding is filled with `pad_value`
 // (converted to the dtype; a non-zero value needs an integer or IEEE dtype).
 absl::Status GatherChunk(const DLTensor& input, std::span<const AxisBinding> bindings,
-                         const Variant& variant, double pad_value, DLTensor* chunk);
+                         const Variant& variant, double pad_value, const DLTensor* chunk);
 
 // Copies the valid part of `chunk_output` (bound axes at gear sizes) into
 // `output` (bound axes at request sizes) at the variant's offsets.
 absl::Status ScatterChunk(const DLTensor& chunk_output, std::span<const AxisBinding> bindings,
-                          const Variant& variant, DLTensor* output);
+                          const Variant& variant, const DLTensor* output);
 
 }  // namespace gearbox
 

@@ -190,7 +190,7 @@ absl::Status VariantShape(const DLTensor& full, std::span<const AxisBinding> bin
 }
 
 absl::Status GatherChunk(const DLTensor& input, std::span<const AxisBinding> bindings,
-                         const Variant& variant, double pad_value, DLTensor* chunk) {
+                         const Variant& variant, double pad_value, const DLTensor* chunk) {
   if (chunk == nullptr) return InvalidField("chunk", "null", "a destination tensor");
   if (input.ndim > kMaxTensorRank || input.ndim < 0) {
     return InvalidField("input.ndim", internal::Cat(input.ndim),
@@ -255,7 +255,7 @@ absl::Status GatherChunk(const DLTensor& input, std::span<const AxisBinding> bin
 }
 
 absl::Status ScatterChunk(const DLTensor& chunk_output, std::span<const AxisBinding> bindings,
-                          const Variant& variant, DLTensor* output) {
+                          const Variant& variant, const DLTensor* output) {
   if (output == nullptr) return InvalidField("output", "null", "a destination tensor");
   if (chunk_output.ndim > kMaxTensorRank || chunk_output.ndim < 0) {
     return InvalidField("chunk_output.ndim", internal::Cat(chunk_output.ndim),

@@ -189,8 +189,10 @@ absl::StatusOr<std::vector<RequestRecord>> ReadMooncakeTrace(std::istream& in,
       ms = j["timestamp"].get<double>();
       const double in_len = j["input_length"].get<double>();
       const double out_len = j["output_length"].get<double>();
-      if (in_len != std::floor(in_len) || out_len != std::floor(out_len)) {
-        return RowError(source, line_no, "input_length", j["input_length"].dump(), "whole tokens");
+      for (auto [key, v] : {std::pair<const char*, double>{"input_length", in_len}, {"output_length", out_len}}) {
+        if (v != std::floor(v) || !(std::fabs(v) < 4e18)) {
+          return RowError(source, line_no, key, j[key].dump(), "a whole number of tokens below 4e18");
+        }
       }
       r.prompt_tokens = static_cast<int64_t>(in_len);
       r.output_tokens = static_cast<int64_t>(out_len);

@@ -1,0 +1,98 @@
+// Backends: what compiles one gear combination into something that runs.
+//
+// A backend knows one model (its signature: input and output tensors, which
+// of their axes are dynamic and which gear dimension each follows) and
+// compiles an Executable per gear combination. Backends register by name
+// (BackendRegistry) and live in their own folders under src/backends/.
+#ifndef GEARBOX_BACKEND_H_
+#define GEARBOX_BACKEND_H_
+
+#include <dlpack/dlpack.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gearbox/resource_pool.h"
+#include "gearbox/tensor_ops.h"
+
+namespace gearbox {
+
+// One tensor of a model's signature.
+struct TensorSpec {
+  std::string name;
+  DLDataType dtype{kDLFloat, 32, 1};
+  // Sizes of the axes; the bound axes' entries are ignored (they follow the
+  // gear dimension named in `bindings`).
+  std::vector<int64_t> shape;
+  std::vector<AxisBinding> bindings;
+};
+
+struct ModelSignature {
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+};
+
+// What a run needs besides the tensors: per gear dimension the compiled
+// size and the valid size (the rest is padding: mask it where it matters,
+// e.g. attention keys).
+struct RunShape {
+  int num_dimensions = 0;
+  const int64_t* gear = nullptr;
+  const int64_t* extent = nullptr;
+};
+
+// A model compiled for one gear combination. Registered in the
+// GraphResourcePool (bytes(), Release()). Run may be called from several
+// threads at once.
+class Executable : public GraphResource {
+ public:
+  // `inputs` and `outputs` follow the signature, bound axes at the gear sizes.
+  virtual absl::Status Run(std::span<const DLTensor> inputs, std::span<const DLTensor> outputs,
+                           const RunShape& shape) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual const ModelSignature& signature() const = 0;
+  // Where the executables want their tensors (kDLCPU or kDLCUDA).
+  virtual DLDevice device() const = 0;
+  // Compiles for `gears` (one size per gear dimension). Thread-safe; may
+  // be slow; may fail (the executor reports it and does not cache it).
+  virtual absl::StatusOr<std::shared_ptr<Executable>> Compile(std::span<const int64_t> gears) = 0;
+};
+
+// Backend parameters by name ("hidden" -> "64"); each backend documents its own.
+using BackendParams = std::map<std::string, std::string>;
+using BackendFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendParams& params)>;
+
+// Process-wide registry of backends by name. Thread-safe.
+class BackendRegistry {
+ public:
+  static BackendRegistry& Global();
+  // Fails if the name is taken.
+  absl::Status Register(std::string name, BackendFactory factory);
+  absl::StatusOr<std::unique_ptr<Backend>> Create(std::string_view name,
+                                                  const BackendParams& params) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  mutable Mutex mu_;
+  std::map<std::string, BackendFactory, std::less<>> factories_ ABSL_GUARDED_BY(mu_);
+};
+
+// Parses an integer parameter, or returns `fallback` when absent; errors name it.
+absl::StatusOr<int64_t> IntParam(const BackendParams& params, const std::string& key,
+                                 int64_t fallback, int64_t min, int64_t max);
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_BACKEND_H_

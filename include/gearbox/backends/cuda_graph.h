@@ -1,0 +1,62 @@
+// The CUDA Graph backend (optional: built when the CUDA toolkit is found;
+// runtime API only). Per gear combination it captures a launch sequence on a
+// stream into a CUDA graph, instantiates it once and replays it for every
+// run; Release() destroys the graph and frees its buffers.
+//
+// The executable owns device buffers for every input and output at the gear
+// sizes (their addresses are baked into the graph) and a device array of the
+// run's valid sizes per dimension (int64), so kernels can mask padding. A run
+// copies the (host) inputs in, replays the graph, copies the outputs out, on
+// the executable's own stream; runs of one gear are serialized.
+#ifndef GEARBOX_BACKENDS_CUDA_GRAPH_H_
+#define GEARBOX_BACKENDS_CUDA_GRAPH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "gearbox/backend.h"
+#include "gearbox/memory_probe.h"
+
+namespace gearbox {
+
+// Enqueues the model's kernels on `stream` (being captured) for `gears`.
+// `inputs`/`outputs`: device buffers in signature order; `valid_sizes`: a
+// device array with the run's valid size per gear dimension.
+using CudaLaunchSequence = std::function<absl::Status(
+    cudaStream_t stream, std::span<const int64_t> gears, std::span<void* const> inputs,
+    std::span<void* const> outputs, const int64_t* valid_sizes)>;
+
+struct CudaGraphOptions {
+  ModelSignature signature;  // host tensors cross the executor; f32 or any whole-byte dtype
+  CudaLaunchSequence launch;
+  int device = 0;
+};
+
+// True when a CUDA device can be used (tests skip otherwise).
+bool CudaDeviceAvailable();
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaGraphBackend(CudaGraphOptions options);
+
+// Registry name "cuda_graph": a built-in model over x [B, S, H] -> y
+// (y = tanh(x w + b) at valid positions, plus its mean over the valid
+// sequence positions; padding is masked). Params: hidden, batch_dim
+// (-1 for none), seq_dim, device.
+absl::Status RegisterCudaGraphBackend(BackendRegistry& registry);
+
+// 1 - free / total of the device's memory (cudaMemGetInfo).
+class CudaMemoryProbe final : public MemoryProbe {
+ public:
+  explicit CudaMemoryProbe(int device = 0) : device_(device) {}
+  absl::StatusOr<double> UsageFraction() override;
+
+ private:
+  int device_;
+};
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_BACKENDS_CUDA_GRAPH_H_

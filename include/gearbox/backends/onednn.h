@@ -1,0 +1,43 @@
+// The oneDNN backend (CPU, the default): a transformer-style block built
+// from oneDNN primitives created for each gear's exact shape.
+//
+//   x [B, S, H] -> LayerNorm -> QKV matmul (+bias) -> per head
+//   softmax(Q K^T / sqrt(d) + key mask) V -> output projection (+bias,
+//   +x) -> LayerNorm -> MLP up (+bias, GELU) -> MLP down (+bias, +residual)
+//   -> y [B, S, H]
+//
+// The key mask hides padded sequence positions, so padding never leaks into
+// valid rows. Weights are created once (deterministic from the seed) and
+// shared by every gear; each gear owns its primitives, scratchpad and
+// activations (a pool of workspaces, one per concurrent run). oneDNN's own
+// primitive cache is disabled so a gear's compile cost and memory are its own.
+#ifndef GEARBOX_BACKENDS_ONEDNN_H_
+#define GEARBOX_BACKENDS_ONEDNN_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "gearbox/backend.h"
+
+namespace gearbox {
+
+struct TransformerBlockOptions {
+  int64_t hidden = 64;       // H
+  int64_t heads = 4;         // H must be a multiple
+  int64_t mlp_ratio = 4;     // MLP width = mlp_ratio * H
+  uint64_t seed = 1;         // weights
+  // Which gear dimension the batch axis follows (-1: batch fixed at 1) and
+  // which the sequence axis follows.
+  int batch_dimension = 0;
+  int seq_dimension = 1;
+};
+
+// Registry name "onednn"; params: hidden, heads, mlp_ratio, seed,
+// batch_dim (-1 for none), seq_dim.
+absl::StatusOr<std::unique_ptr<Backend>> MakeOneDnnTransformerBackend(
+    const TransformerBlockOptions& options);
+absl::Status RegisterOneDnnBackend(BackendRegistry& registry);
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_BACKENDS_ONEDNN_H_

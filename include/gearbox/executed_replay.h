@@ -1,0 +1,69 @@
+// Executed replay: a trace through the GearedExecutor and a real backend,
+// measuring what the user would see (requests/s, latency percentiles,
+// compiles and their time, gear memory, padding waste). The policy runs on
+// trace time exactly as in Replay (the worker's schedule, or updates at
+// given times); requests run back to back, as fast as the backend goes.
+#ifndef GEARBOX_EXECUTED_REPLAY_H_
+#define GEARBOX_EXECUTED_REPLAY_H_
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "gearbox/backend.h"
+#include "gearbox/config.h"
+#include "gearbox/replay.h"
+#include "gearbox/trace.h"
+
+namespace gearbox {
+
+struct ExecutedReplayOptions {
+  ReplayPolicy policy = ReplayPolicy::kAdaptive;
+  std::vector<double> update_at;
+  // Replay at most this many rows (0: all).
+  size_t max_requests = 0;
+  // Memory probe: gear bytes against this budget (0: no memory handling).
+  int64_t memory_budget_bytes = 0;
+  uint64_t seed = 1;  // input data
+  std::function<void(const UpdateRecord&)> on_update;
+  std::function<void(size_t, size_t)> progress;
+};
+
+struct ExecutedReplayResult {
+  std::string policy;
+  uint64_t requests = 0;
+  uint64_t failed_requests = 0;
+  std::string first_failure;
+  double wall_seconds = 0.0;
+  double requests_per_second = 0.0;
+  double latency_p50_ms = 0.0;
+  double latency_p99_ms = 0.0;
+  double latency_mean_ms = 0.0;
+  uint64_t compiles = 0;
+  uint64_t compile_failures = 0;
+  double compile_seconds = 0.0;
+  int64_t peak_gear_bytes = 0;
+  double padding_waste = 0.0;
+  uint64_t updates = 0;
+  uint64_t updates_changed = 0;
+  std::vector<std::vector<int64_t>> final_gears;
+};
+
+// `make_backend` is called once (a fresh backend per replay, so each policy
+// pays its own compiles).
+absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
+    const RuntimeConfig& config, const Trace& trace,
+    const std::function<absl::StatusOr<std::unique_ptr<Backend>>()>& make_backend,
+    const ExecutedReplayOptions& options);
+
+// Divides every size of the trace (rounding up, at least 1) by `factor`:
+// scales a trace down so a real backend replays it quickly.
+Trace ScaleTraceSizes(const Trace& trace, double factor);
+// The same for the initial gears of a config (de-duplicated).
+RuntimeConfig ScaleConfigGears(const RuntimeConfig& config, double factor);
+
+std::string ExecutedReplayResultJson(const ExecutedReplayResult& result, int indent = 2);
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_EXECUTED_REPLAY_H_

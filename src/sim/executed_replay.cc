@@ -1,0 +1,216 @@
+#include "gearbox/executed_replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "gearbox/executor.h"
+#include "gearbox/runtime.h"
+#include "gearbox/update_worker.h"
+#include "nlohmann/json.hpp"
+#include "src/common/errors.h"
+
+namespace gearbox {
+namespace {
+
+using internal::Cat;
+
+int64_t ScaleDown(int64_t v, double factor) {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(v) / factor)));
+}
+
+// Host tensors of a signature at a request's sizes, with reusable storage.
+struct RequestTensors {
+  std::vector<std::vector<float>> storage;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DLTensor> tensors;
+
+  void Shape(const std::vector<TensorSpec>& specs, const Trace& trace, size_t row,
+             const std::vector<int>& trace_column_of_dim) {
+    storage.resize(specs.size());
+    shapes.resize(specs.size());
+    tensors.resize(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      shapes[i] = specs[i].shape;
+      for (const AxisBinding& b : specs[i].bindings) {
+        shapes[i][b.axis] = trace.row(row)[trace_column_of_dim[b.dimension]];
+      }
+      int64_t n = 1;
+      for (int64_t s : shapes[i]) n *= s;
+      if (static_cast<int64_t>(storage[i].size()) < n) storage[i].resize(static_cast<size_t>(n));
+      tensors[i] = DLTensor{storage[i].data(), {kDLCPU, 0}, static_cast<int>(shapes[i].size()),
+                            specs[i].dtype, shapes[i].data(), nullptr, 0};
+    }
+  }
+};
+
+}  // namespace
+
+Trace ScaleTraceSizes(const Trace& trace, double factor) {
+  Trace out = trace;
+  if (factor <= 1.0) return out;
+  for (int64_t& s : out.sizes) s = ScaleDown(s, factor);
+  return out;
+}
+
+RuntimeConfig ScaleConfigGears(const RuntimeConfig& config, double factor) {
+  RuntimeConfig out = config;
+  if (factor <= 1.0) return out;
+  for (DimensionSpec& d : out.dims) {
+    for (int64_t& g : d.gears) g = ScaleDown(g, factor);
+    d.gears.erase(std::unique(d.gears.begin(), d.gears.end()), d.gears.end());
+  }
+  return out;
+}
+
+absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
+    const RuntimeConfig& config, const Trace& trace,
+    const std::function<absl::StatusOr<std::unique_ptr<Backend>>()>& make_backend,
+    const ExecutedReplayOptions& options) {
+  const int n = static_cast<int>(config.dims.size());
+  if (static_cast<int>(trace.dimensions.size()) != n || trace.rows() == 0) {
+    return internal::InvalidField("trace", Cat(trace.dimensions.size(), " dimensions, ", trace.rows(), " rows"),
+                                  Cat("the config's ", n, " dimensions and at least one row"));
+  }
+  std::vector<int> column(static_cast<size_t>(n), -1);
+  for (int d = 0; d < n; ++d) {
+    for (int c = 0; c < n; ++c) {
+      if (trace.dimensions[static_cast<size_t>(c)] == config.dims[static_cast<size_t>(d)].name) column[d] = c;
+    }
+    if (column[d] < 0) return internal::InvalidField("trace", "columns", Cat("a column ", config.dims[d].name));
+  }
+  auto backend_or = make_backend();
+  if (!backend_or.ok()) return backend_or.status();
+  std::unique_ptr<Backend> backend = *std::move(backend_or);
+
+  const double t0 = trace.time.front();
+  ExecutedReplayResult result;
+  result.policy = std::string(ReplayPolicyName(options.policy));
+  ManualClock clock(t0);
+  GraphResourcePool pool(PoolOptions{5, [](LogLevel, std::string_view) {}});
+  PoolBudgetMemoryProbe budget(&pool, options.memory_budget_bytes);
+  RuntimeOptions ro;
+  ro.adaptive = config.adaptive;
+  ro.clock = &clock;
+  ro.pool = &pool;
+  ro.start_worker = false;
+  ro.log = [](LogLevel, std::string_view) {};
+  if (options.memory_budget_bytes > 0) ro.memory_probe = &budget;
+  ro.on_update = [&](const UpdateRecord& r) {
+    ++result.updates;
+    if (r.changed) ++result.updates_changed;
+    if (options.on_update) options.on_update(r);
+  };
+  auto runtime_or = AdaptiveGearRuntime::Create(config.dims, ro);
+  if (!runtime_or.ok()) return runtime_or.status();
+  AdaptiveGearRuntime& runtime = **runtime_or;
+  auto executor_or = GearedExecutor::Create(&runtime, backend.get());
+  if (!executor_or.ok()) return executor_or.status();
+  GearedExecutor& executor = **executor_or;
+
+  const bool adaptive = options.policy == ReplayPolicy::kAdaptive;
+  std::vector<double> update_at = options.update_at;
+  std::sort(update_at.begin(), update_at.end());
+  const double check = config.adaptive.check_interval_seconds;
+  double next_check = t0 + check;
+  size_t next_update = 0;
+
+  const size_t rows = options.max_requests > 0 ? std::min(options.max_requests, trace.rows()) : trace.rows();
+  const size_t step = std::max<size_t>(1, rows / 100);
+  std::mt19937 rng(static_cast<uint32_t>(options.seed));
+  std::normal_distribution<float> normal;
+  RequestTensors in, out;
+  std::vector<double> latency_ms;
+  latency_ms.reserve(rows);
+  double padded = 0, raw = 0;
+  int64_t sizes[kMaxDimensions];
+  const auto wall_start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < rows; ++i) {
+    const double t = trace.time[i];
+    if (adaptive && update_at.empty()) {
+      while (next_check <= t) {
+        clock.Set(next_check);
+        runtime.worker()->CheckOnce(next_check);
+        next_check += check;
+      }
+    } else if (adaptive) {
+      while (next_update < update_at.size() && update_at[next_update] <= t) {
+        clock.Set(update_at[next_update]);
+        auto r = runtime.RunOnce(update_at[next_update++]);
+        if (!r.ok()) return r.status();
+      }
+    }
+    clock.Set(t);
+    if (options.progress && i % step == 0) options.progress(i, rows);
+    in.Shape(backend->signature().inputs, trace, i, column);
+    out.Shape(backend->signature().outputs, trace, i, column);
+    for (size_t k = 0; k < in.tensors.size(); ++k) {
+      int64_t count = 1;
+      for (int64_t s : in.shapes[k]) count *= s;
+      for (int64_t e = 0; e < count; ++e) in.storage[k][static_cast<size_t>(e)] = normal(rng);
+    }
+    for (int d = 0; d < n; ++d) sizes[d] = trace.row(i)[column[d]];
+    {
+      SnapshotRef snap = runtime.GetSnapshot();
+      Plan plan;
+      if (MakePlan(*snap, {sizes, static_cast<size_t>(n)}, &plan).ok()) {
+        padded += plan.padded_volume();
+        raw += plan.raw_volume();
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status s = executor.Run(in.tensors, out.tensors);
+    latency_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (!s.ok() && result.failed_requests++ == 0) {
+      result.first_failure = Cat("row ", i + 1, ": ", internal::Message(s));
+    }
+    result.peak_gear_bytes = std::max(result.peak_gear_bytes, pool.bytes());
+  }
+  if (options.progress) options.progress(rows, rows);
+  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  result.requests = rows;
+  result.requests_per_second = static_cast<double>(rows) / std::max(result.wall_seconds, 1e-9);
+  std::sort(latency_ms.begin(), latency_ms.end());
+  auto pct = [&](double p) {
+    return latency_ms[std::min(latency_ms.size() - 1, static_cast<size_t>(p * static_cast<double>(latency_ms.size())))];
+  };
+  result.latency_p50_ms = pct(0.50);
+  result.latency_p99_ms = pct(0.99);
+  double sum = 0;
+  for (double l : latency_ms) sum += l;
+  result.latency_mean_ms = sum / static_cast<double>(latency_ms.size());
+  const ExecutorStats es = executor.stats();
+  result.compiles = es.compiles;
+  result.compile_failures = es.compile_failures;
+  result.compile_seconds = es.compile_seconds;
+  result.padding_waste = raw > 0 ? padded / raw - 1.0 : 0.0;
+  SnapshotRef last = runtime.GetSnapshot();
+  for (int d = 0; d < n; ++d) result.final_gears.emplace_back(last->gears(d).begin(), last->gears(d).end());
+  return result;
+}
+
+std::string ExecutedReplayResultJson(const ExecutedReplayResult& r, int indent) {
+  nlohmann::ordered_json j;
+  j["policy"] = r.policy;
+  j["requests"] = r.requests;
+  j["failed_requests"] = r.failed_requests;
+  if (!r.first_failure.empty()) j["first_failure"] = r.first_failure;
+  j["wall_seconds"] = r.wall_seconds;
+  j["requests_per_second"] = r.requests_per_second;
+  j["latency_p50_ms"] = r.latency_p50_ms;
+  j["latency_p99_ms"] = r.latency_p99_ms;
+  j["latency_mean_ms"] = r.latency_mean_ms;
+  j["compiles"] = r.compiles;
+  j["compile_failures"] = r.compile_failures;
+  j["compile_seconds"] = r.compile_seconds;
+  j["peak_gear_bytes"] = r.peak_gear_bytes;
+  j["padding_waste"] = r.padding_waste;
+  j["updates"] = r.updates;
+  j["updates_changed"] = r.updates_changed;
+  j["final_gears"] = r.final_gears;
+  return j.dump(indent);
+}
+
+}  // namespace gearbox

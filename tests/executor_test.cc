@@ -1,0 +1,307 @@
+#include "gearbox/executor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace gearbox {
+namespace {
+
+using ::testing::HasSubstr;
+
+// y = 3x + 1 elementwise on [B, S, C]: padding and splitting must not change it.
+struct Gate {
+  Mutex mu;
+  CondVar cv;
+  bool open ABSL_GUARDED_BY(mu) = true;
+  int waiting ABSL_GUARDED_BY(mu) = 0;
+  void Close() {
+    MutexLock l(&mu);
+    open = false;
+  }
+  void Open() {
+    MutexLock l(&mu);
+    open = true;
+    cv.SignalAll();
+  }
+  void Pass() {
+    MutexLock l(&mu);
+    ++waiting;
+    cv.SignalAll();
+    while (!open) cv.Wait(&mu);
+    --waiting;
+  }
+  void WaitForWaiters(int n) {
+    MutexLock l(&mu);
+    while (waiting < n) cv.Wait(&mu);
+  }
+};
+
+struct Shared {
+  std::atomic<int> compiles{0};
+  std::atomic<int> alive{0};
+  std::atomic<int> released_while_running{0};
+  std::atomic<int64_t> fail_gear{-1};  // compile fails for this SEQLEN gear
+  std::atomic<bool> throw_on_compile{false};
+  Gate compile_gate, run_gate;
+};
+
+class AffineExecutable final : public Executable {
+ public:
+  AffineExecutable(Shared* s, std::vector<int64_t> gears) : s_(s), gears_(std::move(gears)) {
+    s_->alive.fetch_add(1);
+  }
+  ~AffineExecutable() override { s_->alive.fetch_sub(1); }
+  int64_t bytes() const override { return 100; }
+  absl::Status Release() override {
+    if (running_.load() > 0) s_->released_while_running.fetch_add(1);
+    return absl::OkStatus();
+  }
+  absl::Status Run(std::span<const DLTensor> in, std::span<const DLTensor> out,
+                   const RunShape& shape) override {
+    running_.fetch_add(1);
+    s_->run_gate.Pass();
+    if (in[0].shape[0] != shape.gear[0] || in[0].shape[1] != shape.gear[1]) {
+      running_.fetch_sub(1);
+      return absl::InternalError("executable got tensors that are not at its gear");
+    }
+    const int64_t n = in[0].shape[0] * in[0].shape[1] * in[0].shape[2];
+    const float* x = static_cast<const float*>(in[0].data);
+    float* y = static_cast<float*>(out[0].data);
+    for (int64_t i = 0; i < n; ++i) y[i] = 3 * x[i] + 1;
+    running_.fetch_sub(1);
+    return absl::OkStatus();
+  }
+
+ private:
+  Shared* s_;
+  std::vector<int64_t> gears_;
+  std::atomic<int> running_{0};
+};
+
+class AffineBackend final : public Backend {
+ public:
+  explicit AffineBackend(Shared* s) : s_(s) {
+    TensorSpec x{"x", {kDLFloat, 32, 1}, {1, 1, 2}, {{0, 0}, {1, 1}}};
+    TensorSpec y = x;
+    y.name = "y";
+    sig_.inputs = {x};
+    sig_.outputs = {y};
+  }
+  std::string_view name() const override { return "affine"; }
+  const ModelSignature& signature() const override { return sig_; }
+  DLDevice device() const override { return {kDLCPU, 0}; }
+  absl::StatusOr<std::shared_ptr<Executable>> Compile(std::span<const int64_t> gears) override {
+    s_->compile_gate.Pass();
+    if (s_->throw_on_compile.load()) throw std::runtime_error("compiler crashed");
+    if (gears[1] == s_->fail_gear.load()) return absl::ResourceExhaustedError("out of graph memory");
+    s_->compiles.fetch_add(1);
+    return std::shared_ptr<Executable>(
+        std::make_shared<AffineExecutable>(s_, std::vector<int64_t>(gears.begin(), gears.end())));
+  }
+
+ private:
+  Shared* s_;
+  ModelSignature sig_;
+};
+
+struct Tensor {
+  std::vector<float> data;
+  std::vector<int64_t> shape, strides;
+  DLTensor dl{};
+  Tensor(int64_t b, int64_t s, int64_t c) : data(static_cast<size_t>(b * s * c)), shape{b, s, c} {
+    Bind();
+  }
+  void Bind() {
+    dl = DLTensor{data.data(), {kDLCPU, 0}, static_cast<int>(shape.size()), {kDLFloat, 32, 1},
+                  shape.data(), strides.empty() ? nullptr : strides.data(), 0};
+  }
+};
+
+struct Fixture {
+  Shared shared;  // outlives the pool and the backend's executables
+  ManualClock clock{0};
+  GraphResourcePool pool;
+  std::unique_ptr<AdaptiveGearRuntime> runtime;
+  AffineBackend backend{&shared};
+  std::unique_ptr<GearedExecutor> executor;
+  Fixture() {
+    RuntimeOptions o;
+    o.clock = &clock;
+    o.pool = &pool;
+    o.start_worker = false;
+    runtime = *AdaptiveGearRuntime::Create(
+        {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {4, 8}, false, true}}, o);
+    executor = *GearedExecutor::Create(runtime.get(), &backend, {});
+  }
+  // Runs a request of [b, s, 2] filled with i and checks y = 3x + 1.
+  absl::Status RunAndCheck(int64_t b, int64_t s) {
+    Tensor x(b, s, 2), y(b, s, 2);
+    for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = static_cast<float>(i);
+    const DLTensor in[] = {x.dl};
+    const DLTensor out[] = {y.dl};
+    absl::Status st = executor->Run(in, out);
+    if (!st.ok()) return st;
+    for (size_t i = 0; i < x.data.size(); ++i) {
+      if (y.data[i] != 3 * x.data[i] + 1) return absl::InternalError("wrong output at " + std::to_string(i));
+    }
+    return absl::OkStatus();
+  }
+};
+
+TEST(Executor, PadsSplitsRunsAndRecovers) {
+  Fixture f;
+  EXPECT_TRUE(f.RunAndCheck(3, 5).ok());   // pad 3->4, 5->8
+  EXPECT_TRUE(f.RunAndCheck(11, 7).ok());  // split 4,4,+3->4; pad 7->8
+  EXPECT_TRUE(f.RunAndCheck(4, 8).ok());   // exact: zero copy
+  const ExecutorStats s = f.executor->stats();
+  EXPECT_EQ(s.requests, 3u);
+  EXPECT_EQ(s.zero_copy_requests, 1u);
+  EXPECT_EQ(s.variants, 1u + 3u + 1u);
+  EXPECT_EQ(s.compiles, 1u);  // every variant ran on gear (4, 8)
+  EXPECT_EQ(f.shared.compiles.load(), 1);
+  EXPECT_EQ(f.pool.size(), 1u);
+  // One event per executed variant.
+  EXPECT_EQ(f.runtime->BuildStatsSnapshot(0).dimensions[0].gears[2].sample_count, 5u);
+}
+
+TEST(Executor, EagerFallbackCompilesForOneRunAndCachesNothing) {
+  Fixture f;
+  EXPECT_TRUE(f.RunAndCheck(2, 13).ok());  // SEQLEN 13 > 8: eager at exactly 13
+  EXPECT_EQ(f.executor->stats().eager_variants, 1u);
+  EXPECT_EQ(f.pool.size(), 0u);
+  EXPECT_EQ(f.shared.alive.load(), 0);
+}
+
+TEST(Executor, ConcurrentMissesCompileOnce) {
+  Fixture f;
+  f.shared.compile_gate.Close();
+  constexpr int kThreads = 6;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      if (f.RunAndCheck(2, 3).ok()) ok.fetch_add(1);
+    });
+  }
+  f.shared.compile_gate.WaitForWaiters(1);  // one thread compiles; the others wait for it
+  f.shared.compile_gate.Open();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kThreads);
+  EXPECT_EQ(f.shared.compiles.load(), 1);
+  EXPECT_EQ(f.executor->stats().compiles, 1u);
+}
+
+TEST(Executor, FailedCompilesAreReportedAndNotCached) {
+  Fixture f;
+  f.shared.fail_gear = 8;
+  absl::Status s = f.RunAndCheck(2, 6);
+  EXPECT_THAT(s.message(), HasSubstr("compiling gears (2,8) failed: out of graph memory"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(f.RunAndCheck(2, 6).ok());
+  EXPECT_EQ(f.executor->stats().compile_failures, 2u);  // tried again: not cached
+  EXPECT_EQ(f.executor->cached_executables(), 0u);
+  f.shared.fail_gear = -1;
+  EXPECT_TRUE(f.RunAndCheck(2, 6).ok());
+  f.shared.throw_on_compile = true;
+  EXPECT_THAT(f.RunAndCheck(1, 2).message(), HasSubstr("compile threw: compiler crashed"));
+  EXPECT_EQ(f.executor->stats().failed_requests, 3u);
+}
+
+TEST(Executor, EvictionDuringARunWaitsForTheRun) {
+  Fixture f;
+  ASSERT_TRUE(f.RunAndCheck(2, 3).ok());  // compiles (2, 4)
+  ASSERT_EQ(f.shared.alive.load(), 1);
+  f.shared.run_gate.Close();
+  std::thread runner([&] { EXPECT_TRUE(f.RunAndCheck(2, 3).ok()); });
+  f.shared.run_gate.WaitForWaiters(1);  // the run holds the executable
+  // An operator evicts gear 2 of BATCHSIZE and 4 of SEQLEN meanwhile.
+  auto r = f.runtime->CommitUpdate({{1, 4}, {8}}, 1.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->cleanup_keys, 1u);
+  EXPECT_EQ(f.pool.size(), 0u);       // gone from the pool at once
+  EXPECT_EQ(f.shared.alive.load(), 1);  // but not released: the run holds it
+  f.shared.run_gate.Open();
+  runner.join();
+  EXPECT_EQ(f.shared.released_while_running.load(), 0);
+  EXPECT_EQ(f.shared.alive.load(), 0);  // released once the run finished
+  // The next request plans on the new gears and compiles them.
+  EXPECT_TRUE(f.RunAndCheck(2, 3).ok());
+  EXPECT_EQ(f.shared.compiles.load(), 2);
+}
+
+TEST(Executor, BadTensorsAreRejectedWithTheField) {
+  Fixture f;
+  Tensor x(2, 3, 2), y(2, 3, 2);
+  auto run = [&](DLTensor in, DLTensor out) {
+    const DLTensor ins[] = {in};
+    const DLTensor outs[] = {out};
+    return f.executor->Run(ins, outs);
+  };
+  DLTensor rank = x.dl;
+  rank.ndim = 2;
+  EXPECT_THAT(run(rank, y.dl).message(), HasSubstr("x.ndim: 2"));
+  DLTensor dtype = x.dl;
+  dtype.dtype = {kDLInt, 32, 1};
+  EXPECT_THAT(run(dtype, y.dl).message(), HasSubstr("x.dtype"));
+  Tensor wide(2, 3, 5);
+  EXPECT_THAT(run(wide.dl, y.dl).message(), HasSubstr("x.shape[2]: 5 is not allowed; the model's fixed size 2"));
+  Tensor other(2, 4, 2);
+  EXPECT_THAT(run(x.dl, other.dl).message(), HasSubstr("y.shape[1]: 4 is not allowed; 3"));
+  DLTensor null = x.dl;
+  null.data = nullptr;
+  EXPECT_THAT(run(null, y.dl).message(), HasSubstr("x.data"));
+  const DLTensor none[] = {x.dl};
+  EXPECT_THAT(f.executor->Run(none, {}).message(), HasSubstr("outputs: 0 tensors"));
+  EXPECT_EQ(f.executor->stats().failed_requests, 6u);
+  EXPECT_EQ(f.shared.compiles.load(), 0);
+}
+
+TEST(Executor, NonContiguousInputsAreStaged) {
+  Fixture f;
+  // x logically [2, 3, 2] stored as [3, 2, 2] (axes 0 and 1 swapped).
+  Tensor storage(3, 2, 2);
+  for (size_t i = 0; i < storage.data.size(); ++i) storage.data[i] = static_cast<float>(i);
+  Tensor x(2, 3, 2);
+  x.data = storage.data;
+  x.strides = {2, 4, 1};
+  x.Bind();
+  Tensor y(2, 3, 2);
+  const DLTensor in[] = {x.dl};
+  const DLTensor out[] = {y.dl};
+  ASSERT_TRUE(f.executor->Run(in, out).ok());
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t c = 0; c < 2; ++c) {
+        const float xv = storage.data[static_cast<size_t>(s * 4 + b * 2 + c)];
+        EXPECT_EQ(y.data[static_cast<size_t>((b * 3 + s) * 2 + c)], 3 * xv + 1);
+      }
+}
+
+TEST(Executor, SignatureMustBindEveryDimension) {
+  Shared shared;
+  ManualClock clock(0);
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.clock = &clock;
+  o.pool = &pool;
+  o.start_worker = false;
+  auto rt = *AdaptiveGearRuntime::Create(
+      {{"BATCHSIZE", {1}, true, false}, {"SEQLEN", {4}, false, false}, {"EXTRA", {1}, false, false}}, o);
+  AffineBackend backend(&shared);
+  EXPECT_THAT(GearedExecutor::Create(rt.get(), &backend).status().message(), HasSubstr("EXTRA"));
+}
+
+TEST(Executor, PoolBudgetProbeReadsThePool) {
+  Fixture f;
+  PoolBudgetMemoryProbe probe(&f.pool, 400);
+  EXPECT_DOUBLE_EQ(*probe.UsageFraction(), 0.0);
+  ASSERT_TRUE(f.RunAndCheck(1, 2).ok());
+  EXPECT_DOUBLE_EQ(*probe.UsageFraction(), 0.25);
+  PoolBudgetMemoryProbe tiny(&f.pool, 10);
+  EXPECT_DOUBLE_EQ(*tiny.UsageFraction(), 1.0);  // over budget reads as full
+}
+
+}  // namespace
+}  // namespace gearbox
