@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,6 +47,67 @@ absl::StatusOr<double> PaddedTotal(const SizeHistogram& sizes, std::span<const i
 // sizes join the sizes below G) when that is cheap enough, else every G
 // among the distinct sizes; `search` says which.
 absl::StatusOr<GearPlan> OptimalGears(const SizeHistogram& sizes, int k, bool splittable);
+
+// ---- Bucket-boundary algorithms (seeds/001 §17.5.2) and their cost model ----
+
+enum class PlanMethod {
+  kUniform,   // equal intervals between the smallest and the largest size
+  kQuantile,  // the size distribution's i/K quantiles
+  kKMeans,    // k-means++ seeding, then Lloyd iterations; a cluster's gear is its largest size
+  kDp,        // exact dynamic programming (minimal padding, or minimal modelled cost)
+};
+std::string_view PlanMethodName(PlanMethod method);
+absl::StatusOr<PlanMethod> ParsePlanMethod(std::string_view name);
+
+// At most k gears for `sizes` by `method`, the largest covering the largest
+// size (no splitting). kKMeans uses `seed`.
+absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& sizes, int k,
+                                               PlanMethod method, uint64_t seed = 1);
+
+// Cost = alpha * compile + beta * padding runtime + gamma * memory (§17.5.2):
+//   compile        = gears * compile_seconds
+//   padding runtime = sum over sizes of count * (run(gear) - run(size)),
+//                    run(g) = seconds_per_unit * g^runtime_exponent
+//   memory         = sum over gears of (memory_fixed_bytes +
+//                    memory_bytes_per_unit * g^memory_exponent), in GiB
+// An exponent of 2 models attention, whose work grows with the square of
+// the sequence.
+struct GearCostModel {
+  double compile_seconds = 0.5;
+  double seconds_per_unit = 1e-6;
+  double runtime_exponent = 1.0;
+  double memory_fixed_bytes = 0.0;
+  double memory_bytes_per_unit = 0.0;
+  double memory_exponent = 1.0;
+  double alpha = 1.0;
+  double beta = 1.0;
+  double gamma = 0.0;
+
+  double Run(int64_t size) const;       // seconds
+  double GearBytes(int64_t gear) const; // bytes
+};
+absl::Status ValidateCostModel(const GearCostModel& model);
+
+struct CostBreakdown {
+  double compile_seconds = 0.0;
+  double padding_seconds = 0.0;
+  double memory_gib = 0.0;
+  double total = 0.0;  // weighted
+};
+// The cost of serving `sizes` on `gears` (ascending; the largest must cover
+// the largest size).
+absl::StatusOr<CostBreakdown> EvaluateCost(const SizeHistogram& sizes, std::span<const int64_t> gears,
+                                           const GearCostModel& model);
+
+// The gear count (1..budget) and gears minimising the modelled cost:
+// kDp solves the cost model exactly (one DP layer per count); the others
+// plan each count with their own rule and keep the cheapest.
+struct CostPlan {
+  GearPlan plan;
+  CostBreakdown cost;
+};
+absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& sizes, int budget, PlanMethod method,
+                                           const GearCostModel& model, uint64_t seed = 1);
 
 }  // namespace gearbox
 

@@ -12,50 +12,70 @@ namespace {
 using internal::Cat;
 
 // Exact K-bucket DP over sorted distinct values, last gear = last value.
+// A bucket of values with index in [i, j) is served by gear v[j-1] and costs
+// unit[j-1] * (its weight) + fixed[j-1]: with unit = the value itself and no
+// fixed cost this is the padded total; with the cost model it is padded
+// runtime plus each gear's compile and memory cost. Monge (unit increasing):
+// cost(a,c) + cost(b,d) - cost(a,d) - cost(b,c) = (u_c - u_d)(P_b - P_a) <= 0,
+// the fixed costs cancelling, so the optimal split points are monotone and
+// divide-and-conquer finds each layer in O(M log M).
 class BucketDp {
  public:
-  BucketDp(const std::vector<int64_t>& values, const std::vector<double>& counts)
-      : v_(values), count_prefix_(values.size() + 1, 0.0) {
+  BucketDp(const std::vector<int64_t>& values, const std::vector<double>& counts,
+           std::vector<double> unit = {}, std::vector<double> fixed = {})
+      : v_(values), unit_(std::move(unit)), fixed_(std::move(fixed)),
+        count_prefix_(values.size() + 1, 0.0) {
     for (size_t i = 0; i < v_.size(); ++i) count_prefix_[i + 1] = count_prefix_[i] + counts[i];
+    if (unit_.empty()) {
+      for (int64_t v : v_) unit_.push_back(static_cast<double>(v));
+    }
+    if (fixed_.empty()) fixed_.assign(v_.size(), 0.0);
   }
 
-  // Padded total of the values with index in [i, j), all served by gear
-  // v[j-1]. Monge: (v_c - v_d)(P_b - P_a) <= 0 for a <= b <= c <= d.
   double Cost(size_t i, size_t j) const {
-    return static_cast<double>(v_[j - 1]) * (count_prefix_[j] - count_prefix_[i]);
+    return unit_[j - 1] * (count_prefix_[j] - count_prefix_[i]) + fixed_[j - 1];
   }
 
-  // Minimal padded total with at most k gears; fills the chosen gears.
-  double Solve(int k, std::vector<int64_t>* gears) {
+  // Layers 1..max_buckets; best_[b] is the minimal total with exactly b gears.
+  void SolveLayers(int max_buckets) {
     const size_t m = v_.size();
-    if (m == 0) return 0.0;
-    const size_t buckets = std::min<size_t>(static_cast<size_t>(k), m);
+    const size_t buckets = std::min<size_t>(static_cast<size_t>(std::max(max_buckets, 1)), m);
     const double inf = std::numeric_limits<double>::infinity();
     std::vector<double> prev(m + 1, inf), cur(m + 1, inf);
-    std::vector<std::vector<uint32_t>> choice(buckets + 1, std::vector<uint32_t>(m + 1, 0));
+    choice_.assign(buckets + 1, std::vector<uint32_t>(m + 1, 0));
+    best_.assign(buckets + 1, inf);
     prev[0] = 0.0;
     for (size_t b = 1; b <= buckets; ++b) {
       std::fill(cur.begin(), cur.end(), inf);
-      Compute(b, 1, m, 0, m - 1, prev, &cur, &choice[b]);
+      Compute(1, m, 0, m - 1, prev, &cur, &choice_[b]);
       std::swap(prev, cur);
+      best_[b] = prev[m];
     }
-    // Walk back from (buckets, m).
-    gears->clear();
-    size_t j = m;
+  }
+  const std::vector<double>& best() const { return best_; }
+  std::vector<int64_t> Gears(size_t buckets) const {
+    std::vector<int64_t> gears;
+    size_t j = v_.size();
     for (size_t b = buckets; b >= 1 && j > 0; --b) {
-      gears->push_back(v_[j - 1]);
-      j = choice[b][j];
+      gears.push_back(v_[j - 1]);
+      j = choice_[b][j];
     }
-    std::reverse(gears->begin(), gears->end());
-    return prev[m];
+    std::reverse(gears.begin(), gears.end());
+    return gears;
+  }
+
+  // Minimal total with at most k gears (exactly min(k, M)); fills the gears.
+  double Solve(int k, std::vector<int64_t>* gears) {
+    if (v_.empty()) return 0.0;
+    SolveLayers(k);
+    const size_t b = best_.size() - 1;
+    *gears = Gears(b);
+    return best_[b];
   }
 
  private:
-  // cur[j] = min over i in [lo_opt, hi_opt], i < j of prev[i] + Cost(i, j),
-  // for j in [lo, hi]; optimal i is monotone in j.
-  void Compute(size_t b, size_t lo, size_t hi, size_t lo_opt, size_t hi_opt,
-               const std::vector<double>& prev, std::vector<double>* cur,
-               std::vector<uint32_t>* choice) const {
+  void Compute(size_t lo, size_t hi, size_t lo_opt, size_t hi_opt, const std::vector<double>& prev,
+               std::vector<double>* cur, std::vector<uint32_t>* choice) const {
     if (lo > hi) return;
     const size_t mid = lo + (hi - lo) / 2;
     double best = std::numeric_limits<double>::infinity();
@@ -71,12 +91,16 @@ class BucketDp {
     }
     (*cur)[mid] = best;
     (*choice)[mid] = static_cast<uint32_t>(best_i);
-    if (mid > lo) Compute(b, lo, mid - 1, lo_opt, best_i, prev, cur, choice);
-    Compute(b, mid + 1, hi, best_i, hi_opt, prev, cur, choice);
+    if (mid > lo) Compute(lo, mid - 1, lo_opt, best_i, prev, cur, choice);
+    Compute(mid + 1, hi, best_i, hi_opt, prev, cur, choice);
   }
 
   const std::vector<int64_t>& v_;
+  std::vector<double> unit_;
+  std::vector<double> fixed_;
   std::vector<double> count_prefix_;
+  std::vector<std::vector<uint32_t>> choice_;
+  std::vector<double> best_;
 };
 
 // Sizes <= g, plus the remainders of larger sizes, plus g itself (count 0
@@ -190,3 +214,19 @@ absl::StatusOr<GearPlan> OptimalGears(const SizeHistogram& h, int k, bool splitt
 }
 
 }  // namespace gearbox
+
+namespace gearbox::internal {
+
+std::vector<int64_t> SolveBucketDp(const SizeHistogram& sizes, int max_gears,
+                                   const std::vector<double>& unit, const std::vector<double>& fixed,
+                                   std::vector<double>* best_per_count,
+                                   std::vector<std::vector<int64_t>>* gears_per_count) {
+  BucketDp dp(sizes.values, sizes.counts, unit, fixed);
+  dp.SolveLayers(max_gears);
+  *best_per_count = dp.best();
+  gears_per_count->assign(best_per_count->size(), {});
+  for (size_t b = 1; b < best_per_count->size(); ++b) (*gears_per_count)[b] = dp.Gears(b);
+  return gears_per_count->back();
+}
+
+}  // namespace gearbox::internal

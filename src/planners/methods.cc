@@ -1,0 +1,240 @@
+// Bucket-boundary algorithms (uniform, quantile, k-means++, exact DP) and
+// the compile / runtime / memory cost model they are compared with.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "gearbox/planners.h"
+#include "src/common/errors.h"
+
+namespace gearbox {
+
+// Declared in optimal.cc (the DP engine).
+namespace internal {
+std::vector<int64_t> SolveBucketDp(const SizeHistogram& sizes, int max_gears,
+                                   const std::vector<double>& unit, const std::vector<double>& fixed,
+                                   std::vector<double>* best_per_count,
+                                   std::vector<std::vector<int64_t>>* gears_per_count);
+}  // namespace internal
+
+namespace {
+
+using internal::Cat;
+
+std::vector<int64_t> Finish(std::vector<int64_t> gears, const SizeHistogram& h) {
+  gears.push_back(h.values.back());  // the largest size must be covered
+  std::sort(gears.begin(), gears.end());
+  gears.erase(std::unique(gears.begin(), gears.end()), gears.end());
+  return gears;
+}
+
+std::vector<int64_t> Uniform(const SizeHistogram& h, int k) {
+  const double lo = static_cast<double>(h.values.front());
+  const double hi = static_cast<double>(h.values.back());
+  std::vector<int64_t> gears;
+  for (int i = 1; i <= k; ++i) {
+    gears.push_back(static_cast<int64_t>(std::ceil(lo + (hi - lo) * i / k)));
+  }
+  return Finish(gears, h);
+}
+
+std::vector<int64_t> Quantile(const SizeHistogram& h, int k) {
+  const double total = h.total_count();
+  std::vector<int64_t> gears;
+  double seen = 0;
+  size_t v = 0;
+  for (int i = 1; i <= k; ++i) {
+    const double target = total * i / k;
+    while (v + 1 < h.values.size() && seen + h.counts[v] < target - 1e-9) seen += h.counts[v++];
+    gears.push_back(h.values[v]);
+  }
+  return Finish(gears, h);
+}
+
+// 1-D weighted k-means (k-means++ seeding, Lloyd); a cluster's gear is its
+// largest member, so every member fits.
+std::vector<int64_t> KMeans(const SizeHistogram& h, int k, uint64_t seed) {
+  const size_t m = h.values.size();
+  if (static_cast<size_t>(k) >= m) return h.values;
+  std::mt19937_64 rng(seed);
+  std::vector<double> centers;
+  {
+    std::discrete_distribution<size_t> first(h.counts.begin(), h.counts.end());
+    centers.push_back(static_cast<double>(h.values[first(rng)]));
+  }
+  std::vector<double> d2(m);
+  while (static_cast<int>(centers.size()) < k) {
+    for (size_t i = 0; i < m; ++i) {
+      double best = std::numeric_limits<double>::infinity();
+      for (double c : centers) best = std::min(best, (h.values[i] - c) * (h.values[i] - c));
+      d2[i] = best * h.counts[i];
+    }
+    double sum = 0;
+    for (double x : d2) sum += x;
+    if (sum <= 0) break;  // fewer distinct sizes than clusters
+    std::discrete_distribution<size_t> next(d2.begin(), d2.end());
+    centers.push_back(static_cast<double>(h.values[next(rng)]));
+  }
+  std::sort(centers.begin(), centers.end());
+  std::vector<size_t> assign(m, 0);
+  for (int iter = 0; iter < 100; ++iter) {
+    bool changed = false;
+    // Sizes and centers are sorted: a sweep assigns each size to its nearest center.
+    size_t c = 0;
+    for (size_t i = 0; i < m; ++i) {
+      while (c + 1 < centers.size() &&
+             std::fabs(h.values[i] - centers[c + 1]) <= std::fabs(h.values[i] - centers[c])) {
+        ++c;
+      }
+      if (assign[i] != c) changed = true;
+      assign[i] = c;
+    }
+    std::vector<double> sum(centers.size(), 0.0), weight(centers.size(), 0.0);
+    for (size_t i = 0; i < m; ++i) {
+      sum[assign[i]] += h.counts[i] * static_cast<double>(h.values[i]);
+      weight[assign[i]] += h.counts[i];
+    }
+    for (size_t j = 0; j < centers.size(); ++j) {
+      if (weight[j] > 0) centers[j] = sum[j] / weight[j];
+    }
+    std::sort(centers.begin(), centers.end());
+    if (!changed && iter > 0) break;
+  }
+  std::vector<int64_t> gears;
+  for (size_t i = 0; i < m; ++i) {
+    if (i + 1 == m || assign[i + 1] != assign[i]) gears.push_back(h.values[i]);  // cluster max
+  }
+  return Finish(gears, h);
+}
+
+absl::Status CheckInput(const SizeHistogram& h, int k, const char* field) {
+  if (h.values.empty()) return absl::InvalidArgumentError("no sizes to plan for");
+  if (k < 1) return internal::InvalidFieldValue(field, k, "an integer >= 1");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view PlanMethodName(PlanMethod method) {
+  switch (method) {
+    case PlanMethod::kUniform: return "uniform";
+    case PlanMethod::kQuantile: return "quantile";
+    case PlanMethod::kKMeans: return "kmeans";
+    case PlanMethod::kDp: return "dp";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<PlanMethod> ParsePlanMethod(std::string_view name) {
+  for (PlanMethod m : {PlanMethod::kUniform, PlanMethod::kQuantile, PlanMethod::kKMeans, PlanMethod::kDp}) {
+    if (name == PlanMethodName(m)) return m;
+  }
+  return internal::InvalidField("--method", Cat("\"", name, "\""), "uniform, quantile, kmeans or dp");
+}
+
+absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& h, int k, PlanMethod method,
+                                               uint64_t seed) {
+  if (auto s = CheckInput(h, k, "--gears"); !s.ok()) return s;
+  switch (method) {
+    case PlanMethod::kUniform: return Uniform(h, k);
+    case PlanMethod::kQuantile: return Quantile(h, k);
+    case PlanMethod::kKMeans: return KMeans(h, k, seed);
+    case PlanMethod::kDp: {
+      auto plan = OptimalGears(h, k, /*splittable=*/false);
+      if (!plan.ok()) return plan.status();
+      return plan->gears;
+    }
+  }
+  return absl::InternalError("unknown method");
+}
+
+double GearCostModel::Run(int64_t size) const {
+  return seconds_per_unit * std::pow(static_cast<double>(size), runtime_exponent);
+}
+
+double GearCostModel::GearBytes(int64_t gear) const {
+  return memory_fixed_bytes + memory_bytes_per_unit * std::pow(static_cast<double>(gear), memory_exponent);
+}
+
+absl::Status ValidateCostModel(const GearCostModel& m) {
+  const std::pair<const char*, double> nonnegative[] = {
+      {"compile_seconds", m.compile_seconds}, {"seconds_per_unit", m.seconds_per_unit},
+      {"memory_fixed_bytes", m.memory_fixed_bytes}, {"memory_bytes_per_unit", m.memory_bytes_per_unit},
+      {"alpha", m.alpha}, {"beta", m.beta}, {"gamma", m.gamma}};
+  for (const auto& [name, v] : nonnegative) {
+    if (!(std::isfinite(v) && v >= 0)) return internal::InvalidFieldValue(name, v, "a finite number >= 0");
+  }
+  for (const auto& [name, v] : {std::pair<const char*, double>{"runtime_exponent", m.runtime_exponent},
+                                {"memory_exponent", m.memory_exponent}}) {
+    if (!(std::isfinite(v) && v > 0 && v <= 4)) return internal::InvalidFieldValue(name, v, "a number in (0, 4]");
+  }
+  if (m.seconds_per_unit <= 0 || m.beta <= 0) {
+    return internal::InvalidField("beta * seconds_per_unit", Cat(m.beta * m.seconds_per_unit),
+                                  "> 0 (padding must cost something)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CostBreakdown> EvaluateCost(const SizeHistogram& h, std::span<const int64_t> gears,
+                                           const GearCostModel& m) {
+  if (gears.empty()) return internal::InvalidField("gears", "[]", "at least one gear");
+  if (!h.values.empty() && h.values.back() > gears.back()) {
+    return internal::InvalidFieldValue("gears", gears.back(),
+                                       Cat("a largest gear covering the largest size ", h.values.back()));
+  }
+  CostBreakdown c;
+  c.compile_seconds = static_cast<double>(gears.size()) * m.compile_seconds;
+  for (size_t i = 0; i < h.values.size(); ++i) {
+    const int64_t g = *std::lower_bound(gears.begin(), gears.end(), h.values[i]);
+    c.padding_seconds += h.counts[i] * (m.Run(g) - m.Run(h.values[i]));
+  }
+  for (int64_t g : gears) c.memory_gib += m.GearBytes(g) / (1024.0 * 1024.0 * 1024.0);
+  c.total = m.alpha * c.compile_seconds + m.beta * c.padding_seconds + m.gamma * c.memory_gib;
+  return c;
+}
+
+absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& h, int budget, PlanMethod method,
+                                           const GearCostModel& m, uint64_t seed) {
+  if (auto s = CheckInput(h, budget, "--budget"); !s.ok()) return s;
+  if (auto s = ValidateCostModel(m); !s.ok()) return s;
+  CostPlan best;
+  best.cost.total = std::numeric_limits<double>::infinity();
+  auto consider = [&](std::vector<int64_t> gears) -> absl::Status {
+    auto cost = EvaluateCost(h, gears, m);
+    if (!cost.ok()) return cost.status();
+    if (cost->total < best.cost.total) {
+      best.cost = *cost;
+      best.plan.gears = std::move(gears);
+    }
+    return absl::OkStatus();
+  };
+  if (method == PlanMethod::kDp) {
+    // Exact: the DP's bucket cost is the weighted model itself.
+    std::vector<double> unit, fixed;
+    for (int64_t v : h.values) {
+      unit.push_back(m.beta * m.Run(v));
+      fixed.push_back(m.alpha * m.compile_seconds + m.gamma * m.GearBytes(v) / (1024.0 * 1024.0 * 1024.0));
+    }
+    std::vector<double> totals;
+    std::vector<std::vector<int64_t>> per_count;
+    internal::SolveBucketDp(h, budget, unit, fixed, &totals, &per_count);
+    for (size_t k = 1; k < per_count.size(); ++k) {
+      if (auto s = consider(per_count[k]); !s.ok()) return s;
+    }
+  } else {
+    for (int k = 1; k <= budget; ++k) {
+      auto gears = PlanGears(h, k, method, seed);
+      if (!gears.ok()) return gears.status();
+      if (auto s = consider(*std::move(gears)); !s.ok()) return s;
+    }
+  }
+  best.plan.raw = h.total_size();
+  auto padded = PaddedTotal(h, best.plan.gears, false);
+  if (!padded.ok()) return padded.status();
+  best.plan.padded = *padded;
+  best.plan.search = Cat(PlanMethodName(method), ", best of 1..", budget, " gears under the cost model");
+  return best;
+}
+
+}  // namespace gearbox
