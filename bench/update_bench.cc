@@ -6,6 +6,7 @@
 #include <random>
 
 #include "gearbox/policy.h"
+#include "gearbox/replan_policy.h"
 #include "gearbox/runtime.h"
 
 namespace gearbox {
@@ -29,8 +30,13 @@ struct Loaded {
 
   // `frozen`: options under which an update examines everything and changes
   // nothing (so repeated runs do the same work).
-  explicit Loaded(bool frozen) {
+  explicit Loaded(bool frozen, bool replan = false) {
     RuntimeOptions o;
+    o.policy = replan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
+    // Replan, frozen: compiles cost more than anything gains, so every run
+    // plans (the DP over the window) and examines every move, and changes nothing.
+    if (replan && frozen) o.replan.cost.compile_seconds = 1e9;
+    if (replan && frozen) o.replan.gear_holding_seconds = 0;
     o.clock = &clock;
     o.pool = &pool;
     o.start_worker = false;
@@ -64,6 +70,21 @@ void BM_RunOnce(benchmark::State& state) {
 }
 BENCHMARK(BM_RunOnce)->Unit(benchmark::kMillisecond);
 
+// The replan policy: window distribution, exact DP under the cost model,
+// tail ladder, and every candidate move evaluated.
+void BM_RunOnceReplan(benchmark::State& state) {
+  Loaded l(/*frozen=*/true, /*replan=*/true);
+  double now = 300.0;
+  for (auto _ : state) {
+    auto r = l.runtime->RunOnce(now);
+    if (!r.ok() || r->changed) state.SkipWithError("the frozen replan run changed the gears");
+    now += 1e-3;
+  }
+  state.counters["gears_per_dim"] = 64;
+  state.counters["events_in_window"] = 1e6;
+}
+BENCHMARK(BM_RunOnceReplan)->Unit(benchmark::kMillisecond);
+
 void BM_BuildStatsSnapshot(benchmark::State& state) {
   Loaded l(true);
   for (auto _ : state) benchmark::DoNotOptimize(l.runtime->BuildStatsSnapshot(300.0));
@@ -79,6 +100,27 @@ void BM_DecideUpdate(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(DecideUpdate(*snap, stats, {}, o, 300.0));
 }
 BENCHMARK(BM_DecideUpdate)->Unit(benchmark::kMillisecond);
+
+// The replan decision when the target differs from the current gears in
+// every place (the worst case: 64 gears per dimension, all moves examined,
+// up to max_changes_per_update applied).
+void BM_DecideReplan(benchmark::State& state) {
+  Loaded l(false, /*replan=*/true);
+  const WindowStats stats = l.runtime->BuildStatsSnapshot(300.0);
+  SnapshotRef snap = l.runtime->GetSnapshot();
+  AdaptiveOptions a;
+  ReplanOptions o;
+  o.cost.compile_seconds = 0.01;  // cheap compiles: many moves pay
+  o.min_gear_lifetime_seconds = 0;
+  int changes = 0;
+  for (auto _ : state) {
+    UpdateDecision d = DecideReplan(*snap, stats, {}, a, o, 300.0);
+    changes = static_cast<int>(d.record.changes.size());
+    benchmark::DoNotOptimize(d);
+  }
+  state.counters["changes"] = changes;
+}
+BENCHMARK(BM_DecideReplan)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace gearbox

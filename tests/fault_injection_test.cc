@@ -104,6 +104,7 @@ TEST(Faults, TheWorkerRetriesFailedReleasesAtEveryCheck) {
   std::atomic<int> alive{0};
   GraphResourcePool pool(PoolOptions{5, logs.Sink()});
   RuntimeOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
   o.clock = &clock;
   o.pool = &pool;
   o.start_worker = false;
@@ -131,6 +132,7 @@ TEST_P(ProbeFaults, AreReportedAndMeanNoPressure) {
   GraphResourcePool pool;
   FunctionMemoryProbe probe(GetParam().fn);
   RuntimeOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
   o.clock = &clock;
   o.pool = &pool;
   o.memory_probe = &probe;
@@ -167,6 +169,7 @@ struct RuntimeFixture {
   std::unique_ptr<AdaptiveGearRuntime> rt;
   explicit RuntimeFixture(std::function<void(const UpdateRecord&)> on_update = nullptr) {
     RuntimeOptions o;
+    o.policy = UpdatePolicy::kAdaptive;  // the seed policy is under test
     o.clock = &clock;
     o.pool = &pool;
     o.start_worker = false;

@@ -91,3 +91,121 @@ TEST(OptimalGears, RejectsBadInput) {
 
 }  // namespace
 }  // namespace gearbox
+
+namespace gearbox {
+namespace {
+
+SizeHistogram Sizes(std::vector<int64_t> v) { return SizeHistogram::FromSizes(v); }
+
+TEST(PlanMethods, UniformQuantileKMeansOnHandCheckedInputs) {
+  const SizeHistogram h = Sizes({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  // Uniform: 1 + 11 * i / 3, rounded up -> 5, 9, 12.
+  EXPECT_THAT(*PlanGears(h, 3, PlanMethod::kUniform), ElementsAre(5, 9, 12));
+  // Quantile: the 4th, 8th and 12th of 12 equal-weight sizes.
+  EXPECT_THAT(*PlanGears(h, 3, PlanMethod::kQuantile), ElementsAre(4, 8, 12));
+  // Two well separated clusters: k-means puts a gear at the top of each.
+  const SizeHistogram two = Sizes({10, 11, 12, 10, 11, 100, 101, 102, 100});
+  EXPECT_THAT(*PlanGears(two, 2, PlanMethod::kKMeans, 3), ElementsAre(12, 102));
+  EXPECT_THAT(*PlanGears(two, 2, PlanMethod::kDp), ElementsAre(12, 102));
+  EXPECT_TRUE(ParsePlanMethod("kmeans").ok());
+  EXPECT_FALSE(ParsePlanMethod("median").ok());
+  EXPECT_FALSE(PlanGears(h, 0, PlanMethod::kUniform).ok());
+}
+
+TEST(PlanMethods, DpIsNeverWorseThanTheRules) {
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<int64_t> sizes;
+    for (int i = 0; i < 300; ++i) sizes.push_back(1 + static_cast<int64_t>(rng() % 500));
+    const SizeHistogram h = Sizes(sizes);
+    const double dp = OptimalGears(h, 6, false)->padded;
+    for (PlanMethod m : {PlanMethod::kUniform, PlanMethod::kQuantile, PlanMethod::kKMeans}) {
+      auto g = PlanGears(h, 6, m, trial);
+      ASSERT_TRUE(g.ok());
+      EXPECT_LE(static_cast<int>(g->size()), 6);
+      EXPECT_EQ(g->back(), h.values.back());
+      EXPECT_LE(dp, *PaddedTotal(h, *g, false) + 1e-9) << PlanMethodName(m);
+    }
+  }
+}
+
+TEST(CostModel, BreakdownAndTheCheapestCount) {
+  GearCostModel m;
+  m.compile_seconds = 10;
+  m.seconds_per_unit = 1;
+  m.memory_fixed_bytes = 1024.0 * 1024 * 1024;  // 1 GiB per gear
+  m.gamma = 0.5;
+  const SizeHistogram h = Sizes({2, 4, 4});
+  const int64_t one[] = {4};
+  auto c = EvaluateCost(h, one, m);
+  ASSERT_TRUE(c.ok());
+  EXPECT_DOUBLE_EQ(c->compile_seconds, 10);
+  EXPECT_DOUBLE_EQ(c->padding_seconds, 2);  // size 2 runs as 4
+  EXPECT_DOUBLE_EQ(c->memory_gib, 1);
+  EXPECT_DOUBLE_EQ(c->total, 10 + 2 + 0.5);
+  // A second gear (2) saves 2 s of padding but costs 10 s to compile: one gear wins.
+  auto plan = PlanWithCostModel(h, 4, PlanMethod::kDp, m);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_THAT(plan->plan.gears, ElementsAre(4));
+  // Cheap compiles flip it.
+  m.compile_seconds = 0.1;
+  m.gamma = 0;
+  EXPECT_THAT(PlanWithCostModel(h, 4, PlanMethod::kDp, m)->plan.gears, ElementsAre(2, 4));
+  // Quadratic runtime weighs long sizes more.
+  m.runtime_exponent = 2;
+  EXPECT_DOUBLE_EQ(EvaluateCost(h, one, m)->padding_seconds, 16 - 4);
+  const int64_t short_gears[] = {2};
+  EXPECT_FALSE(EvaluateCost(h, short_gears, m).ok());
+  m.beta = 0;
+  EXPECT_FALSE(ValidateCostModel(m).ok());
+}
+
+TEST(CostModel, DpMatchesExhaustiveSearchUnderTheModel) {
+  GearCostModel m;
+  m.compile_seconds = 3;
+  m.seconds_per_unit = 0.2;
+  m.runtime_exponent = 1.5;
+  std::mt19937_64 rng(4);
+  for (int trial = 0; trial < 15; ++trial) {
+    std::vector<int64_t> sizes;
+    for (int i = 0; i < 40; ++i) sizes.push_back(1 + static_cast<int64_t>(rng() % 16));
+    const SizeHistogram h = Sizes(sizes);
+    auto plan = PlanWithCostModel(h, 16, PlanMethod::kDp, m);
+    ASSERT_TRUE(plan.ok());
+    // Exhaustive: every subset of the distinct sizes that contains the largest.
+    double best = 1e300;
+    const size_t n = h.values.size();
+    for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
+      std::vector<int64_t> g;
+      for (size_t i = 0; i + 1 < n; ++i) {
+        if (mask & (1u << i)) g.push_back(h.values[i]);
+      }
+      g.push_back(h.values.back());
+      best = std::min(best, EvaluateCost(h, g, m)->total);
+    }
+    EXPECT_NEAR(plan->cost.total, best, 1e-9) << "trial " << trial;
+  }
+}
+
+TEST(JointPlans, SchemesOnAHandCheckedGrid) {
+  // Two clusters on the diagonal: (small, small) and (large, large).
+  std::vector<Size2D> sizes = {{2, 10, 50}, {4, 12, 50}, {60, 900, 50}, {64, 1000, 50}};
+  auto independent = PlanJoint(sizes, 2, JointScheme::kIndependent);
+  auto joint = PlanJoint(sizes, 2, JointScheme::kJoint);
+  auto sparse = PlanJoint(sizes, 2, JointScheme::kSparse);
+  ASSERT_TRUE(independent.ok() && joint.ok() && sparse.ok());
+  // With 2 graphs, the joint plan finds the two clusters' corners exactly.
+  EXPECT_THAT(joint->graphs, ElementsAre(std::make_pair(int64_t{4}, int64_t{12}),
+                                         std::make_pair(int64_t{64}, int64_t{1000})));
+  EXPECT_LE(joint->padded, independent->padded);
+  EXPECT_LE(static_cast<int>(independent->graphs.size()), 2);
+  EXPECT_DOUBLE_EQ(joint->raw, 50.0 * (20 + 48 + 54000 + 64000));
+  EXPECT_DOUBLE_EQ(joint->padded, 50.0 * (48 + 48 + 64000 + 64000));
+  EXPECT_LE(static_cast<int>(sparse->graphs.size()), 2);
+  EXPECT_GE(sparse->fallback_share, 0.0);
+  EXPECT_FALSE(PlanJoint({}, 2, JointScheme::kJoint).ok());
+  EXPECT_FALSE(PlanJoint(sizes, 0, JointScheme::kJoint).ok());
+}
+
+}  // namespace
+}  // namespace gearbox

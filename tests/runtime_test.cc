@@ -27,6 +27,7 @@ struct Fixture {
   explicit Fixture(std::vector<DimensionSpec> dims, AdaptiveOptions adaptive = {},
                    bool start_worker = false) {
     RuntimeOptions o;
+    o.policy = UpdatePolicy::kAdaptive;  // the seed policy is under test
     o.adaptive = adaptive;
     o.clock = &clock;
     o.memory_probe = &probe;
@@ -61,6 +62,7 @@ const GearStats& Gear(const WindowStats& s, int dim, int64_t gear) {
 
 TEST(Runtime, CreateValidatesEverything) {
   RuntimeOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
   o.start_worker = false;
   o.adaptive.pad_add_threshold = 1.5;
   auto bad = AdaptiveGearRuntime::Create(Batch({1, 2}), o);

@@ -83,6 +83,11 @@ StressReport RunStress(const StressConfig& config) {
     FixedMemoryProbe probe(0.5);
     GraphResourcePool pool(PoolOptions{5, [](LogLevel, std::string_view) {}});
     RuntimeOptions o;
+    o.policy = config.replan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
+    o.replan.cost.compile_seconds = 0.05;  // cheap compiles: the replan policy churns too
+    o.replan.min_gear_lifetime_seconds = 0;
+    o.replan.readd_cooldown_seconds = 0;
+    o.replan.update_interval_seconds = 0;
     o.clock = &clock;
     o.pool = &pool;
     o.memory_probe = &probe;

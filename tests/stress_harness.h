@@ -21,6 +21,8 @@ struct StressConfig {
   int64_t update_period_us = 0;
   int64_t requests_per_update = 100;
   uint64_t seed = 1234;
+  // The update policy: the seed's (adaptive) or replan.
+  bool replan = false;
   // Called about every second with a one-line progress report (soak).
   bool progress = false;
 };

@@ -14,21 +14,31 @@ namespace {
 #endif
 #endif
 
-TEST(Stress, RequestsUpdatesAndReleasesInterleaveSafely) {
+class Stress : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Stress, RequestsUpdatesAndReleasesInterleaveSafely) {
   StressConfig config;
+  config.replan = GetParam();
   config.threads = 3;
+  // The replan variant (cheap compiles, no protection) changes the gears at
+  // nearly every update and compiles far more per request: fewer requests.
 #ifdef GEARBOX_SANITIZED
-  config.requests_per_thread = 150000;  // sanitizers run 5-15x slower
+  config.requests_per_thread = config.replan ? 15000 : 150000;  // sanitizers run 5-15x slower
 #else
-  config.requests_per_thread = 340000;  // 10^6 requests, 3,400 updates
+  config.requests_per_thread = config.replan ? 60000 : 340000;  // 10^6 requests, 3,400 updates
 #endif
   config.requests_per_update = 100;
   const StressReport report = RunStress(config);
   for (const std::string& v : report.Violations(config)) ADD_FAILURE() << v;
   EXPECT_GT(report.updates_changed, 10u) << "the test should churn gears";
   EXPECT_GT(report.keys_released, 10u) << "the test should evict compiled gears";
-  std::printf("stress: %s\n", report.Summary().c_str());
+  std::printf("stress (%s): %s\n", config.replan ? "replan" : "adaptive", report.Summary().c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Policies, Stress, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return std::string(i.param ? "Replan" : "Adaptive");
+                         });
 
 }  // namespace
 }  // namespace gearbox::testing

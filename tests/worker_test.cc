@@ -24,6 +24,7 @@ struct WorkerFixture {
 
   explicit WorkerFixture(bool throws = false) : throw_on_update(throws) {
     RuntimeOptions o;
+    o.policy = UpdatePolicy::kAdaptive;  // the seed policy is under test
     o.clock = &clock;
     o.memory_probe = &probe;
     o.pool = &pool;
@@ -131,6 +132,7 @@ TEST(Worker, FoldsFullBuffersWithoutAnUpdate) {
   ManualClock clock(0.0);
   GraphResourcePool pool;
   RuntimeOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
   o.clock = &clock;
   o.pool = &pool;
   o.event_buffer_events = 4;

@@ -1,6 +1,12 @@
-// `gearbox plan`: the offline-optimal K gears of one dimension of a trace.
+// `gearbox plan`: offline gear planning for one dimension of a trace.
+//   --gears K               exactly K gears (at most), minimal padding (dp) or by rule
+//   --budget N              the count (1..N) and gears minimising the cost model
+//   --method M              uniform | quantile | kmeans | dp (default dp)
+//   --compare               every method side by side
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <sstream>
 
 #include "fmt/format.h"
 #include "fmt/ranges.h"
@@ -13,60 +19,170 @@
 namespace gearbox::tools {
 namespace {
 
+int Fail(const std::string& message);
+
 struct PlanFlags {
   std::string trace;
   std::string dim;
   int gears = 0;
+  int budget = 0;
+  std::string method = "dp";
+  bool compare = false;
   std::string splittable = "auto";
   bool json = false;
+  uint64_t seed = 1;
+  GearCostModel cost;
+  std::string weights;
+  std::string joint;  // "A,B": two-dimensional schemes
+  int graphs = 0;
 };
 
-int RunPlan(const PlanFlags& f) {
+int RunJoint(const PlanFlags& f) {
+  const size_t comma = f.joint.find(',');
+  if (comma == std::string::npos) return Fail(fmt::format("--joint: \"{}\" is not allowed; two columns A,B", f.joint));
+  const std::string a = f.joint.substr(0, comma), b = f.joint.substr(comma + 1);
   auto trace = LoadTraceFile(f.trace, {});
-  if (!trace.ok()) {
-    std::fprintf(stderr, "gearbox plan: %s\n", std::string(trace.status().message()).c_str());
-    return 2;
+  if (!trace.ok()) return Fail(std::string(trace.status().message()));
+  int ia = -1, ib = -1;
+  for (size_t i = 0; i < trace->dimensions.size(); ++i) {
+    if (trace->dimensions[i] == a) ia = static_cast<int>(i);
+    if (trace->dimensions[i] == b) ib = static_cast<int>(i);
   }
+  if (ia < 0 || ib < 0 || ia == ib) {
+    return Fail(fmt::format("--joint: \"{}\" must name two different columns of {}; columns: {}", f.joint, f.trace,
+                            fmt::join(trace->dimensions, ", ")));
+  }
+  if (f.graphs < 1) return Fail("--joint needs --graphs G (the compiled-graph budget)");
+  std::map<std::pair<int64_t, int64_t>, double> counts;
+  for (size_t i = 0; i < trace->rows(); ++i) counts[{trace->row(i)[ia], trace->row(i)[ib]}] += 1;
+  std::vector<Size2D> sizes;
+  for (const auto& [k, n] : counts) sizes.push_back({k.first, k.second, n});
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  std::string text = fmt::format("{} x {}: {} rows, {} distinct pairs, at most {} compiled graphs\n", a, b,
+                                 trace->rows(), sizes.size(), f.graphs);
+  for (JointScheme scheme : {JointScheme::kIndependent, JointScheme::kJoint, JointScheme::kSparse}) {
+    auto p = PlanJoint(sizes, f.graphs, scheme, f.seed);
+    if (!p.ok()) return Fail(std::string(p.status().message()));
+    text += fmt::format("  {:<12} {:>4} graphs  waste {:>8.2f}%  uncompiled requests {:>6.2f}%\n",
+                        JointSchemeName(scheme), p->graphs.size(), 100.0 * p->waste(), 100.0 * p->fallback_share);
+    nlohmann::ordered_json j;
+    j["scheme"] = JointSchemeName(scheme);
+    j["graphs"] = p->graphs.size();
+    j["padding_waste"] = p->waste();
+    j["uncompiled_share"] = p->fallback_share;
+    j["combinations"] = p->graphs;
+    all.push_back(j);
+  }
+  if (f.json) {
+    std::printf("%s\n", all.dump().c_str());
+  } else {
+    std::fputs(text.c_str(), stdout);
+  }
+  return 0;
+}
+
+int Fail(const std::string& message);
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "gearbox plan: %s\n", message.c_str());
+  return 2;
+}
+
+int RunPlan(PlanFlags f) {
+  if (!f.joint.empty()) return RunJoint(f);
+  if (f.dim.empty()) return Fail("--dim is required (or --joint A,B with --graphs G)");
+  if ((f.gears > 0) == (f.budget > 0)) return Fail("give exactly one of --gears K and --budget N");
+  auto trace = LoadTraceFile(f.trace, {});
+  if (!trace.ok()) return Fail(std::string(trace.status().message()));
   int d = -1;
   for (size_t i = 0; i < trace->dimensions.size(); ++i) {
     if (trace->dimensions[i] == f.dim) d = static_cast<int>(i);
   }
   if (d < 0) {
-    std::fprintf(stderr, "gearbox plan: --dim: \"%s\" is not a column of %s; columns: %s\n",
-                 f.dim.c_str(), f.trace.c_str(), fmt::format("{}", fmt::join(trace->dimensions, ", ")).c_str());
-    return 2;
+    return Fail(fmt::format("--dim: \"{}\" is not a column of {}; columns: {}", f.dim, f.trace,
+                            fmt::join(trace->dimensions, ", ")));
   }
   bool splittable = DefaultSplittable(f.dim);
-  if (f.splittable == "true") splittable = true;
-  else if (f.splittable == "false") splittable = false;
-  else if (f.splittable != "auto") {
-    std::fprintf(stderr, "gearbox plan: --splittable: \"%s\" is not allowed; true, false or auto\n",
-                 f.splittable.c_str());
-    return 2;
+  if (f.splittable == "true") {
+    splittable = true;
+  } else if (f.splittable == "false") {
+    splittable = false;
+  } else if (f.splittable != "auto") {
+    return Fail(fmt::format("--splittable: \"{}\" is not allowed; true, false or auto", f.splittable));
   }
+  if (!f.weights.empty()) {
+    std::stringstream in(f.weights);
+    std::string item;
+    std::vector<double> w;
+    while (std::getline(in, item, ',')) {
+      try {
+        w.push_back(std::stod(item));
+      } catch (const std::exception&) {
+        w.clear();
+        break;
+      }
+    }
+    if (w.size() != 3) return Fail(fmt::format("--weights: \"{}\" is not allowed; alpha,beta,gamma", f.weights));
+    f.cost.alpha = w[0];
+    f.cost.beta = w[1];
+    f.cost.gamma = w[2];
+  }
+  if (auto s = ValidateCostModel(f.cost); !s.ok()) return Fail(std::string(s.message()));
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < trace->rows(); ++i) sizes.push_back(trace->row(i)[d]);
-  auto plan = OptimalGears(SizeHistogram::FromSizes(sizes), f.gears, splittable);
-  if (!plan.ok()) {
-    std::fprintf(stderr, "gearbox plan: %s\n", std::string(plan.status().message()).c_str());
-    return 2;
+  const SizeHistogram hist = SizeHistogram::FromSizes(sizes);
+
+  std::vector<PlanMethod> methods;
+  if (f.compare) {
+    methods = {PlanMethod::kUniform, PlanMethod::kQuantile, PlanMethod::kKMeans, PlanMethod::kDp};
+  } else {
+    auto m = ParsePlanMethod(f.method);
+    if (!m.ok()) return Fail(std::string(m.status().message()));
+    methods = {*m};
   }
-  if (f.json) {
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  std::string text = fmt::format("{}: {} requests, sizes {}..{}\n", f.dim, trace->rows(), hist.values.front(),
+                                 hist.values.back());
+  for (PlanMethod method : methods) {
+    GearPlan plan;
+    CostBreakdown cost;
+    if (f.budget > 0) {
+      auto p = PlanWithCostModel(hist, f.budget, method, f.cost, f.seed);
+      if (!p.ok()) return Fail(std::string(p.status().message()));
+      plan = p->plan;
+      cost = p->cost;
+    } else if (method == PlanMethod::kDp) {
+      auto p = OptimalGears(hist, f.gears, splittable);
+      if (!p.ok()) return Fail(std::string(p.status().message()));
+      plan = *p;
+      if (!splittable) cost = *EvaluateCost(hist, plan.gears, f.cost);
+    } else {
+      auto g = PlanGears(hist, f.gears, method, f.seed);
+      if (!g.ok()) return Fail(std::string(g.status().message()));
+      plan.gears = *g;
+      plan.raw = hist.total_size();
+      plan.padded = *PaddedTotal(hist, plan.gears, false);
+      plan.search = "rule";
+      cost = *EvaluateCost(hist, plan.gears, f.cost);
+    }
     nlohmann::ordered_json j;
     j["dim"] = f.dim;
-    j["requested_gears"] = f.gears;
-    j["gears"] = plan->gears;
-    j["padding_waste"] = plan->waste();
-    j["padded"] = plan->padded;
-    j["raw"] = plan->raw;
-    j["splittable"] = splittable;
-    j["search"] = plan->search;
-    std::printf("%s\n", j.dump().c_str());
+    j["method"] = PlanMethodName(method);
+    j["gears"] = plan.gears;
+    j["padding_waste"] = plan.waste();
+    j["cost"] = {{"compile_seconds", cost.compile_seconds}, {"padding_seconds", cost.padding_seconds},
+                 {"memory_gib", cost.memory_gib}, {"total", cost.total}};
+    j["search"] = plan.search;
+    all.push_back(j);
+    text += fmt::format("  {:<9} {:>3} gears  waste {:>7.2f}%  cost {:>10.3f} (compile {:.1f} s, padding {:.2f} s, memory {:.3f} GiB)\n    {}\n",
+                        PlanMethodName(method), plan.gears.size(), 100.0 * plan.waste(), cost.total,
+                        cost.compile_seconds, cost.padding_seconds, cost.memory_gib,
+                        fmt::format("{}", fmt::join(plan.gears, ",")));
+  }
+  if (f.json) {
+    std::printf("%s\n", (all.size() == 1 ? all[0] : all).dump().c_str());
   } else {
-    std::printf("%s: %zu offline-optimal gears (%s; %s)\n  %s\n  padding waste %.2f%%\n",
-                f.dim.c_str(), plan->gears.size(), splittable ? "splittable" : "not splittable",
-                plan->search.c_str(), fmt::format("{}", fmt::join(plan->gears, ",")).c_str(),
-                100.0 * plan->waste());
+    std::fputs(text.c_str(), stdout);
   }
   return 0;
 }
@@ -75,12 +191,24 @@ int RunPlan(const PlanFlags& f) {
 
 Command AddPlanCommand(CLI::App& app) {
   auto f = std::make_shared<PlanFlags>();
-  CLI::App* cmd = app.add_subcommand("plan", "offline-optimal gears of one dimension of a trace");
+  CLI::App* cmd = app.add_subcommand("plan", "offline gear planning for one dimension of a trace");
   cmd->add_option("--trace", f->trace, "trace CSV")->required();
-  cmd->add_option("--dim", f->dim, "dimension (column) to plan")->required();
-  cmd->add_option("--gears", f->gears, "number of gears K")->required()->check(CLI::Range(1, 4096));
-  cmd->add_option("--splittable", f->splittable, "true, false, or auto (BATCHSIZE splits)");
-  cmd->add_flag("--json", f->json, "print one JSON object");
+  cmd->add_option("--dim", f->dim, "dimension (column) to plan");
+  cmd->add_option("--joint", f->joint, "two columns A,B: compare independent, joint and sparse 2-D gears");
+  cmd->add_option("--graphs", f->graphs, "with --joint: the compiled-graph budget")->check(CLI::Range(1, 4096));
+  cmd->add_option("--gears", f->gears, "plan exactly K gears")->check(CLI::Range(1, 4096));
+  cmd->add_option("--budget", f->budget, "choose the count (1..N) by the cost model")->check(CLI::Range(1, 4096));
+  cmd->add_option("--method", f->method, "uniform, quantile, kmeans or dp");
+  cmd->add_flag("--compare", f->compare, "every method side by side");
+  cmd->add_option("--splittable", f->splittable, "true, false, or auto (BATCHSIZE splits); dp with --gears only");
+  cmd->add_option("--seed", f->seed, "k-means++ seed");
+  cmd->add_option("--compile-seconds", f->cost.compile_seconds, "cost model: compile time per gear");
+  cmd->add_option("--seconds-per-unit", f->cost.seconds_per_unit, "cost model: run time per unit of size");
+  cmd->add_option("--runtime-exponent", f->cost.runtime_exponent, "cost model: run time ~ size^exponent");
+  cmd->add_option("--memory-fixed-bytes", f->cost.memory_fixed_bytes, "cost model: bytes per gear");
+  cmd->add_option("--memory-bytes-per-unit", f->cost.memory_bytes_per_unit, "cost model: bytes per unit of gear size");
+  cmd->add_option("--weights", f->weights, "cost model: alpha,beta,gamma (compile, padding runtime, memory)");
+  cmd->add_flag("--json", f->json, "print JSON");
   return [f] { return RunPlan(*f); };
 }
 

@@ -23,7 +23,7 @@ namespace {
 struct ReplayFlags {
   std::string config;
   std::string trace;
-  std::string policies = "adaptive";
+  std::string policies = "replan";
   std::string decisions;
   std::string summary;
   std::string plot;
@@ -107,9 +107,8 @@ int RunReplay(const ReplayFlags& f) {
     options.timeline_bucket_seconds = f.bucket_seconds;
     const std::string name(ReplayPolicyName(policy));
     if (decisions) {
-      options.on_update = [&decisions, name](const UpdateRecord& r) {
-        const std::string line = UpdateRecordToJson(r);
-        decisions->stream() << "{\"policy\":\"" << name << "\"," << line.substr(1) << '\n';
+      options.on_update = [&decisions](const UpdateRecord& r) {
+        decisions->stream() << UpdateRecordToJson(r) << '\n';
       };
     }
     ProgressBar bar("replay " + name);
@@ -325,7 +324,7 @@ Command AddReplayCommand(CLI::App& app) {
   cmd->add_option("--config", f->config, "config JSON (dims, adaptive, memory_model)")->required();
   cmd->add_option("--trace", f->trace, "trace CSV (t, one column per dimension, optional mem_usage)")
       ->required();
-  cmd->add_option("--policy", f->policies, "adaptive, static, or a comma-separated list");
+  cmd->add_option("--policy", f->policies, "replan (default), adaptive, static, or a comma-separated list");
   cmd->add_option("--decisions", f->decisions, "write each update's record here (JSON Lines)");
   cmd->add_option("--summary", f->summary, "write the figures here (JSON)");
   cmd->add_option("--plot", f->plot, "write gears and padding waste over time here (PNG)");

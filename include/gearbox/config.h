@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "gearbox/gear_set.h"
 #include "gearbox/options.h"
+#include "gearbox/replan_policy.h"
 
 namespace gearbox {
 
@@ -48,6 +49,7 @@ struct MemoryModel {
 struct RuntimeConfig {
   std::vector<DimensionSpec> dims;
   AdaptiveOptions adaptive;
+  ReplanOptions replan;  // the "replan" section (used by the replan policy)
   std::optional<MemoryModel> memory_model;
 };
 

@@ -109,6 +109,42 @@ struct CostPlan {
 absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& sizes, int budget, PlanMethod method,
                                            const GearCostModel& model, uint64_t seed = 1);
 
+// ---- Two-dimensional gears (seeds/001 §17.5.3) ----
+
+// A two-dimensional request (e.g. decode batch x context length).
+struct Size2D {
+  int64_t a = 0;
+  int64_t b = 0;
+  double count = 1.0;
+};
+
+enum class JointScheme {
+  kIndependent,  // a gear list per dimension; a graph per combination used
+  kJoint,        // G gear combinations chosen together (k-means++ then Lloyd)
+  kSparse,       // a fine independent grid, compiling only the combinations that
+                 // carry most traffic; the rest run uncompiled at their exact size
+};
+std::string_view JointSchemeName(JointScheme scheme);
+
+struct JointPlan {
+  JointScheme scheme = JointScheme::kIndependent;
+  std::vector<std::pair<int64_t, int64_t>> graphs;  // compiled combinations
+  double padded = 0.0;          // sum of count x product of the combination served on
+  double raw = 0.0;             // sum of count x a x b
+  double fallback_share = 0.0;  // share of requests run uncompiled (sparse)
+  double waste() const { return raw > 0 ? padded / raw - 1.0 : 0.0; }
+};
+
+// Plans at most `max_graphs` compiled combinations for `sizes` (no
+// splitting: every request is covered). Independent: the best per-dimension
+// gear counts whose used combinations fit the budget (exact DP per
+// dimension); joint: k-means++ seeding on log sizes, then Lloyd iterations
+// assigning each request to its cheapest covering combination; sparse: a
+// 32 x 32 independent grid, keeping the combinations that carry the most
+// traffic.
+absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs, JointScheme scheme,
+                                    uint64_t seed = 1);
+
 }  // namespace gearbox
 
 #endif  // GEARBOX_PLANNERS_H_

@@ -29,7 +29,7 @@
 
 namespace gearbox {
 
-enum class ReplayPolicy { kStatic, kAdaptive };
+enum class ReplayPolicy { kStatic, kAdaptive, kReplan };
 std::string_view ReplayPolicyName(ReplayPolicy policy);
 absl::StatusOr<ReplayPolicy> ParseReplayPolicy(std::string_view name);
 

@@ -32,6 +32,7 @@
 #include "gearbox/memory_probe.h"
 #include "gearbox/options.h"
 #include "gearbox/plan.h"
+#include "gearbox/replan_policy.h"
 #include "gearbox/resource_pool.h"
 #include "gearbox/snapshot.h"
 #include "gearbox/stats.h"
@@ -41,8 +42,19 @@ namespace gearbox {
 
 class GearUpdateWorker;
 
+// Which policy decides the updates.
+enum class UpdatePolicy {
+  kAdaptive,  // the seed's rules (policy.h), with gearbox's fixes
+  kReplan,    // re-plan from the window with the cost model (replan_policy.h)
+};
+
 struct RuntimeOptions {
   AdaptiveOptions adaptive;
+  // The default is kReplan: on every real trace we replayed it wastes a
+  // fraction of the seed policy's padding at a bounded compile rate
+  // (docs/PERFORMANCE.md, "Choosing the default policy").
+  UpdatePolicy policy = UpdatePolicy::kReplan;
+  ReplanOptions replan;  // used with UpdatePolicy::kReplan
   // Time source; null means SystemClock::Default(). Not owned.
   Clock* clock = nullptr;
   // Memory usage source; null disables memory-pressure handling. Not owned.

@@ -92,13 +92,32 @@ struct GearStats {
   uint64_t unsplit_sample_count = 0;
   RawSampleHistogram raw_samples;  // unweighted, within the window
   double created_ts = 0.0;
+  bool initial = false;      // in the gear set the runtime started with (not added by an update)
   double last_hit_ts = 0.0;  // also moved forward when protection is extended
+};
+
+// A size and its decay weight in the window.
+struct WeightedSize {
+  int64_t size = 0;
+  double weight = 0.0;
 };
 
 struct DimensionStats {
   std::string name;
   double total_weighted_hits = 0.0;
   std::vector<GearStats> gears;  // one per active gear, ascending by gear
+  // The window's raw sizes with their decay weights, merged over the gears
+  // (ascending; sizes at histogram resolution; each slot's samples share
+  // the slot's mean weight). Filled for policies that re-plan from the
+  // distribution.
+  std::vector<WeightedSize> sizes;
+  // How much of the window has traffic in it (from the oldest slot with a
+  // sample to now, at most window_seconds): rates read from `sizes` divide
+  // by its decayed length, so a young runtime does not underestimate them.
+  double observed_seconds = 0.0;
+  // Gears of this dimension evicted recently, with when (the runtime keeps
+  // an hour of them).
+  std::vector<std::pair<int64_t, double>> recently_removed;
 };
 
 struct WindowStats {

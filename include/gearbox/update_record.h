@@ -38,8 +38,21 @@ enum class GearVerdict {
   kReplaceLoss,  // examined; its samples would lose > replace_loss_threshold: kept, protected
   kWouldReadd,   // examined; the addition rule would undo it (hysteresis): kept, protected
   kEvicted,
+  kKept,         // replan policy: the gear stays (see the record's changes)
 };
 std::string_view VerdictName(GearVerdict verdict);
+
+// A gear change the replan policy took, or the best one it declined.
+struct ChangeRecord {
+  std::string dimension;
+  std::string action;         // "add", "remove" or "replace"
+  int64_t gear = 0;           // added (or, for "remove", removed)
+  int64_t replaced = 0;       // for "replace": the gear removed
+  double gain_seconds = 0.0;  // padding (and memory, weighted) saved over the payback horizon
+  double compile_seconds = 0.0;  // what the addition costs to compile (weighted)
+  double net_seconds = 0.0;   // gain - compile
+  std::string reason;         // why it was taken or declined
+};
 
 struct GearRecord {
   std::string dimension;
@@ -89,6 +102,7 @@ struct AdditionRecord {
 };
 
 struct UpdateRecord {
+  std::string policy = "adaptive";  // the policy that decided: "adaptive" (the seed's) or "replan"
   uint64_t sequence = 0;  // 1 for the runtime's first update
   double time = 0.0;
   UpdateTrigger trigger = UpdateTrigger::kManual;
@@ -104,6 +118,11 @@ struct UpdateRecord {
   uint64_t version_after = 0;
   uint64_t cleanup_keys = 0;  // graph resources handed to remove_by_keys
   bool changed = false;
+  // Replan policy only: the planned target per dimension, the changes taken
+  // and the best change declined per dimension.
+  std::vector<std::vector<int64_t>> targets;
+  std::vector<ChangeRecord> changes;
+  std::vector<ChangeRecord> declined;
 };
 
 // One line of JSON (no newline), the decisions-file format (README).

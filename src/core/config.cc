@@ -208,6 +208,51 @@ absl::Status ParseAdaptive(const json& a, AdaptiveOptions* o) {
   return internal::WithContext(ValidateAdaptiveOptions(*o), "adaptive");
 }
 
+absl::Status ParseReplan(const json& r, ReplanOptions* o) {
+  if (!r.is_object()) return InvalidField("replan", Shown(r), "an object");
+  struct NumberKey {
+    const char* key;
+    double* field;
+  };
+  const NumberKey numbers[] = {
+      {"compile_seconds", &o->cost.compile_seconds},
+      {"seconds_per_unit", &o->cost.seconds_per_unit},
+      {"runtime_exponent", &o->cost.runtime_exponent},
+      {"memory_fixed_bytes", &o->cost.memory_fixed_bytes},
+      {"memory_bytes_per_unit", &o->cost.memory_bytes_per_unit},
+      {"memory_exponent", &o->cost.memory_exponent},
+      {"alpha", &o->cost.alpha},
+      {"beta", &o->cost.beta},
+      {"gamma", &o->cost.gamma},
+      {"payback_seconds", &o->payback_seconds},
+      {"min_gain_ratio", &o->min_gain_ratio},
+      {"gear_holding_seconds", &o->gear_holding_seconds},
+      {"min_gear_lifetime_seconds", &o->min_gear_lifetime_seconds},
+      {"readd_cooldown_seconds", &o->readd_cooldown_seconds},
+      {"tail_ratio", &o->tail_ratio},
+      {"min_window_weight", &o->min_window_weight},
+      {"update_interval_seconds", &o->update_interval_seconds},
+  };
+  std::set<std::string> allowed = {"max_changes_per_update"};
+  for (const auto& k : numbers) allowed.insert(k.key);
+  if (auto s = CheckKeys(r, "replan", allowed); !s.ok()) return s;
+  for (const auto& k : numbers) {
+    if (!r.contains(k.key)) continue;
+    auto v = GetNumber(r[k.key], Cat("replan.", k.key));
+    if (!v.ok()) return v.status();
+    *k.field = *v;
+  }
+  if (r.contains("max_changes_per_update")) {
+    auto v = GetInt(r["max_changes_per_update"], "replan.max_changes_per_update");
+    if (!v.ok()) return v.status();
+    if (*v < 1 || *v > 1024) {
+      return internal::InvalidFieldValue("replan.max_changes_per_update", *v, "an integer in [1, 1024]");
+    }
+    o->max_changes_per_update = static_cast<int>(*v);
+  }
+  return ValidateReplanOptions(*o);
+}
+
 absl::StatusOr<MemoryModel> ParseMemoryModel(const json& m) {
   if (!m.is_object()) return InvalidField("memory_model", Shown(m), "an object");
   if (auto s = CheckKeys(m, "memory_model", {"device_bytes", "base_bytes", "graph_fixed_bytes",
@@ -303,7 +348,7 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
     return absl::InvalidArgumentError(Cat("config: not valid JSON (", e.what(), ")"));
   }
   if (!root.is_object()) return InvalidField("config", Shown(root), "a JSON object");
-  if (auto s = CheckKeys(root, "", {"dims", "adaptive", "memory_model"}); !s.ok()) return s;
+  if (auto s = CheckKeys(root, "", {"dims", "adaptive", "replan", "memory_model"}); !s.ok()) return s;
   RuntimeConfig config;
   if (!root.contains("dims") || !root["dims"].is_array() || root["dims"].empty()) {
     return InvalidField("dims", root.contains("dims") ? Shown(root["dims"]) : "missing",
@@ -324,6 +369,9 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
                           Cat("at most adaptive.max_gears_per_type = ",
                               config.adaptive.max_gears_per_type));
     }
+  }
+  if (root.contains("replan")) {
+    if (auto s = ParseReplan(root["replan"], &config.replan); !s.ok()) return s;
   }
   if (root.contains("memory_model")) {
     auto model = ParseMemoryModel(root["memory_model"]);

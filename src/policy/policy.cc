@@ -314,6 +314,7 @@ std::string_view VerdictName(GearVerdict verdict) {
     case GearVerdict::kReplaceLoss: return "replace_loss";
     case GearVerdict::kWouldReadd: return "would_readd";
     case GearVerdict::kEvicted: return "evicted";
+    case GearVerdict::kKept: return "kept";
   }
   return "unknown";
 }

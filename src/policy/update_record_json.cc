@@ -38,6 +38,7 @@ ordered_json GearsWithVerdict(const UpdateRecord& r, GearVerdict verdict) {
 
 std::string UpdateRecordToJson(const UpdateRecord& r) {
   ordered_json j;
+  j["policy"] = r.policy;
   j["sequence"] = r.sequence;
   j["time"] = Round6(r.time);
   j["trigger"] = TriggerName(r.trigger);
@@ -98,6 +99,27 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
     additions.push_back(std::move(e));
   }
   j["additions"] = std::move(additions);
+  if (r.policy == "replan") {
+    j["targets"] = PerDimension(r.dimensions, r.targets, false);
+    auto changes = [](const std::vector<ChangeRecord>& list) {
+      ordered_json out = ordered_json::array();
+      for (const ChangeRecord& c : list) {
+        ordered_json e;
+        e["dim"] = c.dimension;
+        e["action"] = c.action;
+        e["gear"] = c.gear;
+        if (c.action == "replace") e["replaced"] = c.replaced;
+        e["gain_s"] = Round6(c.gain_seconds);
+        e["compile_s"] = Round6(c.compile_seconds);
+        e["net_s"] = Round6(c.net_seconds);
+        e["reason"] = c.reason;
+        out.push_back(std::move(e));
+      }
+      return out;
+    };
+    j["changes"] = changes(r.changes);
+    j["declined"] = changes(r.declined);
+  }
   return j.dump();
 }
 

@@ -74,6 +74,9 @@ class AdaptiveGearRuntime::Impl {
 absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> AdaptiveGearRuntime::Create(
     std::vector<DimensionSpec> dimensions, RuntimeOptions options) {
   if (auto s = ValidateAdaptiveOptions(options.adaptive); !s.ok()) return s;
+  if (options.policy == UpdatePolicy::kReplan) {
+    if (auto s = ValidateReplanOptions(options.replan); !s.ok()) return s;
+  }
   if (options.event_buffer_events < 1 || options.event_buffer_events > (1u << 20)) {
     return internal::InvalidFieldValue("event_buffer_events", options.event_buffer_events,
                                        "an integer in [1, 1048576]");
@@ -227,11 +230,21 @@ MemoryState AdaptiveGearRuntime::ReadMemory() {
 
 std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
   double last;
+  uint64_t sequence;
   {
     MutexLock lock(&impl_->commit_mu);
     last = impl_->last_update_time;
+    sequence = impl_->sequence;
   }
-  if (now - last >= options_.adaptive.update_interval_seconds) return UpdateTrigger::kInterval;
+  // The replan policy's first plan comes as soon as the window holds enough
+  // requests to plan from (the initial gears are usually a guess).
+  if (options_.policy == UpdatePolicy::kReplan && sequence == 0 &&
+      static_cast<double>(impl_->events.appended()) >= options_.replan.min_window_weight) {
+    return UpdateTrigger::kInterval;
+  }
+  const double interval = options_.policy == UpdatePolicy::kReplan ? options_.replan.update_interval_seconds
+                                                                   : options_.adaptive.update_interval_seconds;
+  if (now - last >= interval) return UpdateTrigger::kInterval;
   if (ReadMemory().high) return UpdateTrigger::kMemory;
   return std::nullopt;
 }
@@ -240,7 +253,7 @@ WindowStats AdaptiveGearRuntime::BuildStatsSnapshot(double now) {
   SnapshotRef current = GetSnapshot();
   MutexLock lock(&impl_->stats_mu);
   impl_->FoldAllLocked();
-  return impl_->window.Summarize(now, *current);
+  return impl_->window.Summarize(now, *current, /*with_sizes=*/options_.policy == UpdatePolicy::kReplan);
 }
 
 absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrigger trigger) {
@@ -256,10 +269,14 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     {
       MutexLock lock(&impl_->stats_mu);
       impl_->FoldAllLocked();
-      stats = impl_->window.Summarize(now, *current);
+      stats = impl_->window.Summarize(now, *current,
+                                      /*with_sizes=*/options_.policy == UpdatePolicy::kReplan);
     }
     const MemoryState memory = ReadMemory();
-    UpdateDecision decision = DecideUpdate(*current, stats, memory, options_.adaptive, now);
+    UpdateDecision decision =
+        options_.policy == UpdatePolicy::kReplan
+            ? DecideReplan(*current, stats, memory, options_.adaptive, options_.replan, now)
+            : DecideUpdate(*current, stats, memory, options_.adaptive, now);
     record = std::move(decision.record);
     record.sequence = impl_->sequence + 1;
     record.trigger = trigger;

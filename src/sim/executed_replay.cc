@@ -92,6 +92,8 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   PoolBudgetMemoryProbe budget(&pool, options.memory_budget_bytes);
   RuntimeOptions ro;
   ro.adaptive = config.adaptive;
+  ro.policy = options.policy == ReplayPolicy::kReplan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
+  ro.replan = config.replan;
   ro.clock = &clock;
   ro.pool = &pool;
   ro.start_worker = false;
@@ -109,7 +111,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   if (!executor_or.ok()) return executor_or.status();
   GearedExecutor& executor = **executor_or;
 
-  const bool adaptive = options.policy == ReplayPolicy::kAdaptive;
+  const bool adaptive = options.policy != ReplayPolicy::kStatic;
   std::vector<double> update_at = options.update_at;
   std::sort(update_at.begin(), update_at.end());
   const double check = config.adaptive.check_interval_seconds;

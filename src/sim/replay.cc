@@ -77,13 +77,19 @@ class TimeAverage {
 }  // namespace
 
 std::string_view ReplayPolicyName(ReplayPolicy policy) {
-  return policy == ReplayPolicy::kStatic ? "static" : "adaptive";
+  switch (policy) {
+    case ReplayPolicy::kStatic: return "static";
+    case ReplayPolicy::kAdaptive: return "adaptive";
+    case ReplayPolicy::kReplan: return "replan";
+  }
+  return "unknown";
 }
 
 absl::StatusOr<ReplayPolicy> ParseReplayPolicy(std::string_view name) {
   if (name == "static") return ReplayPolicy::kStatic;
   if (name == "adaptive") return ReplayPolicy::kAdaptive;
-  return internal::InvalidField("--policy", Cat("\"", name, "\""), "\"static\" or \"adaptive\"");
+  if (name == "replan") return ReplayPolicy::kReplan;
+  return internal::InvalidField("--policy", Cat("\"", name, "\""), "\"static\", \"adaptive\" or \"replan\"");
 }
 
 absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& trace,
@@ -137,6 +143,8 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
 
   RuntimeOptions ro;
   ro.adaptive = config.adaptive;
+  ro.policy = options.policy == ReplayPolicy::kReplan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
+  ro.replan = config.replan;
   ro.clock = &clock;
   ro.pool = &pool;
   ro.start_worker = false;
@@ -169,7 +177,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     result.gear_timeline.push_back(std::move(sample));
   }
 
-  const bool adaptive = options.policy == ReplayPolicy::kAdaptive;
+  const bool adaptive = options.policy != ReplayPolicy::kStatic;
   const bool scheduled = adaptive && update_at.empty();
   const double check_interval = config.adaptive.check_interval_seconds;
   double next_check = t0 + check_interval;

@@ -105,6 +105,34 @@ GearStats GearWindow::Summarize(double now, const WindowGeometry& geometry) cons
   return s;
 }
 
+void GearWindow::AddWeightedSizes(double now, const WindowGeometry& geometry,
+                                  std::map<int64_t, double>* weights) const {
+  const double window_start = now - geometry.window_seconds;
+  for (const Slot& slot : ring_) {
+    if (slot.index == INT64_MIN || slot.samples == 0) continue;
+    const double start = geometry.SlotStart(slot.index);
+    if (start > now || start + geometry.slot_seconds <= window_start) continue;
+    // Every sample of the slot gets the slot's mean weight.
+    const double per_sample = slot.weight * std::exp(-geometry.lambda * (now - start)) /
+                              static_cast<double>(slot.samples);
+    slot.raw.ForEachBin([&](int64_t value, uint64_t count) {
+      (*weights)[value] += per_sample * static_cast<double>(count);
+    });
+  }
+}
+
+double GearWindow::OldestSampleSlot(double now, const WindowGeometry& geometry) const {
+  double oldest = std::numeric_limits<double>::infinity();
+  const double window_start = now - geometry.window_seconds;
+  for (const Slot& slot : ring_) {
+    if (slot.index == INT64_MIN || slot.samples == 0) continue;
+    const double start = geometry.SlotStart(slot.index);
+    if (start > now || start + geometry.slot_seconds <= window_start) continue;
+    oldest = std::min(oldest, start);
+  }
+  return oldest;
+}
+
 size_t GearWindow::MemoryBytes() const {
   size_t bytes = sizeof(*this) + ring_.capacity() * sizeof(Slot);
   for (const Slot& slot : ring_) bytes += slot.raw.MemoryBytes();

@@ -17,6 +17,7 @@
 #define GEARBOX_SRC_STATS_GEAR_WINDOW_H_
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "gearbox/stats.h"
@@ -57,6 +58,13 @@ class GearWindow {
 
   // Statistics at `now` (hit_rate is left for the dimension to fill).
   GearStats Summarize(double now, const WindowGeometry& geometry) const;
+  // Adds this gear's raw sizes with their decay weights at `now` to
+  // `weights` (indexed by size).
+  void AddWeightedSizes(double now, const WindowGeometry& geometry,
+                        std::map<int64_t, double>* weights) const;
+  // Start of the oldest slot in the window at `now` that holds a sample
+  // (+infinity when none).
+  double OldestSampleSlot(double now, const WindowGeometry& geometry) const;
 
   int64_t gear() const { return gear_; }
   double created_ts() const { return created_ts_; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace gearbox::internal {
 
@@ -34,11 +35,12 @@ std::unique_ptr<WindowStore::GearState> WindowStore::DimensionStates::Erase(int6
 WindowStore::WindowStore(const GearSet& initial, const AdaptiveOptions& options, double now)
     : geometry_(WindowGeometry::Make(options.window_seconds, options.window_slots,
                                      options.half_life_seconds)),
-      dimensions_(initial.num_dimensions()) {
+      dimensions_(initial.num_dimensions()),
+      removed_(initial.num_dimensions()) {
   for (int d = 0; d < initial.num_dimensions(); ++d) {
     names_.push_back(initial.dimension(d).name);
     for (int64_t gear : initial.gears(d)) {
-      dimensions_[d].Insert(gear, std::make_unique<GearState>(gear, now, geometry_));
+      dimensions_[d].Insert(gear, std::make_unique<GearState>(gear, now, /*from_start=*/true, geometry_));
     }
   }
 }
@@ -113,12 +115,24 @@ bool WindowStore::AttachKeys(std::span<const int64_t> gears, std::span<const Gra
   return all_active;
 }
 
-WindowStats WindowStore::Summarize(double now, const GearSet& current) const {
+WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with_sizes) const {
   WindowStats stats;
   stats.now = now;
   for (int d = 0; d < current.num_dimensions(); ++d) {
     DimensionStats& ds = stats.dimensions.emplace_back();
     ds.name = current.dimension(d).name;
+    for (const auto& [gear, when] : removed_[d]) ds.recently_removed.emplace_back(gear, when);
+    if (with_sizes) {
+      std::map<int64_t, double> weights;
+      double oldest = std::numeric_limits<double>::infinity();
+      for (const auto& state : dimensions_[d].states) {
+        state->window.AddWeightedSizes(now, geometry_, &weights);
+        oldest = std::min(oldest, state->window.OldestSampleSlot(now, geometry_));
+      }
+      for (const auto& [size, weight] : weights) ds.sizes.push_back({size, weight});
+      ds.observed_seconds =
+          std::isfinite(oldest) ? std::clamp(now - oldest, 0.0, geometry_.window_seconds) : 0.0;
+    }
     for (int64_t gear : current.gears(d)) {
       const GearState* state = dimensions_[d].Find(gear);
       if (state == nullptr) {
@@ -128,6 +142,7 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current) const {
         continue;
       }
       ds.gears.push_back(state->window.Summarize(now, geometry_));
+      ds.gears.back().initial = state->initial;
     }
     FinalizeDimensionStats(&ds);
   }
@@ -144,12 +159,17 @@ std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int
         std::unique_ptr<GearState> state = dimensions_[d].Erase(gear);
         if (state == nullptr) continue;
         keys.insert(state->cleanup_keys.begin(), state->cleanup_keys.end());
+        removed_[d][gear] = now;
+      }
+      for (auto it = removed_[d].begin(); it != removed_[d].end();) {
+        it = now - it->second > 3600.0 ? removed_[d].erase(it) : std::next(it);
       }
     }
     if (d < added.size()) {
       for (int64_t gear : added[d]) {
+        removed_[d].erase(gear);
         if (dimensions_[d].Find(gear) == nullptr) {
-          dimensions_[d].Insert(gear, std::make_unique<GearState>(gear, now, geometry_));
+          dimensions_[d].Insert(gear, std::make_unique<GearState>(gear, now, /*from_start=*/false, geometry_));
         }
       }
     }

@@ -6,6 +6,7 @@
 #define GEARBOX_SRC_STATS_WINDOW_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -43,7 +44,8 @@ class WindowStore {
   // (the variant can never run again on the current gears).
   bool AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys);
 
-  WindowStats Summarize(double now, const GearSet& current) const;
+  // `with_sizes`: also fill each dimension's weighted size distribution.
+  WindowStats Summarize(double now, const GearSet& current, bool with_sizes = false) const;
 
   // Applies a committed update: windows for added gears (created at `now`),
   // removal of evicted gears. Returns the cleanup keys of the evicted gears
@@ -58,9 +60,10 @@ class WindowStore {
 
  private:
   struct GearState {
-    explicit GearState(int64_t gear, double created, const WindowGeometry& geometry)
-        : window(gear, created, geometry) {}
+    GearState(int64_t gear, double created, bool from_start, const WindowGeometry& geometry)
+        : window(gear, created, geometry), initial(from_start) {}
     GearWindow window;
+    bool initial;  // part of the runtime's initial gear set
     std::unordered_set<GraphKey> cleanup_keys;
   };
   // Ascending by gear (at most kMaxGearsPerDimension): a binary search beats
@@ -75,6 +78,8 @@ class WindowStore {
 
   WindowGeometry geometry_;
   std::vector<DimensionStates> dimensions_;
+  // Per dimension: evicted gears and when, pruned after an hour.
+  std::vector<std::map<int64_t, double>> removed_;
   std::vector<std::string> names_;
   FoldCounters counters_;
 };

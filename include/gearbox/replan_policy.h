@@ -1,0 +1,63 @@
+// The "replan" policy: an online policy that approaches the offline optimum
+// without churn (docs/POLICY.md, "The replan policy").
+//
+// At each update, per dimension, it plans the gears that minimise the cost
+// model (compile + padding runtime + memory, planners.h) on the window's
+// decay-weighted size distribution by exact dynamic programming, adds a tail
+// ladder so sizes above anything recent never fall on an absurdly large
+// gear, and then moves the current gears toward that target one change at a
+// time, taking a change only when its modelled gain over the payback horizon
+// exceeds its compile cost by the hysteresis ratio. Within the memory budget
+// and the count cap; every change (and the best one declined) is explained
+// in the update record.
+#ifndef GEARBOX_REPLAN_POLICY_H_
+#define GEARBOX_REPLAN_POLICY_H_
+
+#include "absl/status/status.h"
+#include "gearbox/planners.h"
+#include "gearbox/policy.h"
+
+namespace gearbox {
+
+struct ReplanOptions {
+  // The cost model; compile_seconds is what one gear's compile costs, and
+  // seconds_per_unit what one unit of size costs to run.
+  GearCostModel cost{2.0, 2e-5, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0};
+  // A change's padding gain is counted over this horizon, seconds.
+  double payback_seconds = 3600.0;
+  // Hysteresis band: a gear is added (or replaces another) only when its
+  // gain over the payback horizon is at least this many times its compile
+  // cost, and removed only when keeping it is worth less than
+  // gear_holding_seconds (what keeping one compiled gear costs over the
+  // horizon: its memory, its slot). Between the two, nothing moves.
+  double min_gain_ratio = 1.5;
+  double gear_holding_seconds = 1.0;
+  // A gear the policy added is not removed within this many seconds, unless
+  // memory is high (so no gear is added and evicted within the hour).
+  double min_gear_lifetime_seconds = 3600.0;
+  // A gear removed within this many seconds comes back only at twice the gain.
+  double readd_cooldown_seconds = 3600.0;
+  // Above the planned gears, consecutive gears are at most this ratio apart
+  // (non-splittable dimensions keep their largest gear).
+  double tail_ratio = 2.0;
+  // Most gear changes per dimension per update.
+  int max_changes_per_update = 16;
+  // Decayed requests the window needs before the policy plans from it.
+  double min_window_weight = 20.0;
+  // With this policy the worker updates this often (its changes are
+  // hysteresis-guarded, so it can look every check), seconds. The first
+  // update comes at the first check after min_window_weight requests.
+  double update_interval_seconds = 60.0;
+};
+
+absl::Status ValidateReplanOptions(const ReplanOptions& options);
+
+// Pure, like DecideUpdate. `stats` must carry each dimension's weighted
+// sizes (WindowStats::dimensions[d].sizes).
+UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
+                            const MemoryState& memory, const AdaptiveOptions& adaptive,
+                            const ReplanOptions& options, double now);
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_REPLAN_POLICY_H_

@@ -1,0 +1,215 @@
+#include "gearbox/replan_policy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "gearbox/runtime.h"
+
+namespace gearbox {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Replanned {
+  ManualClock clock{0};
+  FixedMemoryProbe probe{0.5};
+  GraphResourcePool pool;
+  std::unique_ptr<AdaptiveGearRuntime> rt;
+  std::mt19937_64 rng{7};
+  double t = 0;
+
+  explicit Replanned(std::vector<DimensionSpec> dims, ReplanOptions replan = {}, AdaptiveOptions adaptive = {}) {
+    RuntimeOptions o;
+    o.adaptive = adaptive;
+    o.policy = UpdatePolicy::kReplan;
+    o.replan = replan;
+    o.clock = &clock;
+    o.pool = &pool;
+    o.memory_probe = &probe;
+    o.start_worker = false;
+    rt = *AdaptiveGearRuntime::Create(std::move(dims), o);
+  }
+  // `seconds` of traffic at `rate`/s with sizes from `draw`, then an update.
+  template <typename Draw>
+  UpdateRecord Run(double seconds, double rate, Draw draw) {
+    const double end = t + seconds;
+    for (; t < end; t += 1.0 / rate) {
+      SnapshotRef snap = rt->GetSnapshot();
+      const int64_t raw[] = {draw(rng)};
+      Plan plan;
+      if (MakePlan(*snap, raw, &plan).ok()) rt->RecordPlan(plan, t);
+    }
+    return *rt->RunOnce(end);
+  }
+  std::vector<int64_t> Gears() {
+    SnapshotRef s = rt->GetSnapshot();
+    return {s->gears(0).begin(), s->gears(0).end()};
+  }
+};
+
+std::vector<DimensionSpec> Seq() { return {{"SEQLEN", *MakeTimesGears(1, 16384), false, false}}; }
+
+// Prompt lengths: two bumps (a chat mix), all below 1,200.
+int64_t Mixture(std::mt19937_64& rng) {
+  std::normal_distribution<double> a(300, 40), b(900, 90);
+  const double v = (rng() % 3 == 0) ? b(rng) : a(rng);
+  return std::clamp<int64_t>(static_cast<int64_t>(v), 1, 1200);
+}
+
+TEST(Replan, PlansFromTheWindowAndCoversTheTail) {
+  Replanned r(Seq());
+  const UpdateRecord rec = r.Run(60, 20, Mixture);
+  EXPECT_EQ(rec.policy, "replan");
+  EXPECT_TRUE(rec.changed);
+  ASSERT_EQ(rec.targets.size(), 1u);
+  const std::vector<int64_t> g = r.Gears();
+  EXPECT_EQ(g.back(), 16384);  // a non-splittable dimension keeps its largest gear
+  // Above the planned gears no gap is wider than tail_ratio (2).
+  const int64_t top = *std::upper_bound(g.begin(), g.end(), 1200);
+  for (auto it = std::lower_bound(g.begin(), g.end(), top); std::next(it) != g.end(); ++it) {
+    EXPECT_LE(*std::next(it), 2 * *it) << *it << " -> " << *std::next(it);
+  }
+  // The unused small powers of two are gone; the mixture got gears of its own.
+  EXPECT_FALSE(std::binary_search(g.begin(), g.end(), 1));
+  EXPECT_FALSE(std::binary_search(g.begin(), g.end(), 64));
+  int planned = 0;
+  for (int64_t x : g) planned += (x > 200 && x <= 1200 && (x & (x - 1)) != 0) ? 1 : 0;
+  EXPECT_GE(planned, 3);
+  // Every change is explained, with a gain above its compile cost.
+  ASSERT_FALSE(rec.changes.empty());
+  for (const ChangeRecord& c : rec.changes) {
+    EXPECT_FALSE(c.reason.empty());
+    if (c.action != "remove") {
+      EXPECT_GE(c.gain_seconds, 1.5 * c.compile_seconds - 1e-9);
+    }
+  }
+  const std::string json = UpdateRecordToJson(rec);
+  EXPECT_THAT(json, HasSubstr("\"policy\":\"replan\""));
+  EXPECT_THAT(json, HasSubstr("\"targets\""));
+}
+
+TEST(Replan, StationaryTrafficSettlesWithoutChurn) {
+  Replanned r(Seq());
+  std::map<int64_t, int> added, removed;
+  int changes_after_warmup = 0;
+  for (int update = 1; update <= 120; ++update) {  // two hours, an update a minute
+    const UpdateRecord rec = r.Run(60, 20, Mixture);
+    for (int64_t g : rec.added[0]) ++added[g];
+    for (int64_t g : rec.removed[0]) ++removed[g];
+    if (update > 10 && rec.changed) ++changes_after_warmup;
+  }
+  EXPECT_LE(changes_after_warmup, 1);
+  for (const auto& [g, n] : added) {
+    EXPECT_LE(n, 1) << "gear " << g << " added " << n << " times";
+    EXPECT_FALSE(removed.count(g) && n > 0 && removed[g] > 0) << "gear " << g << " added and removed";
+  }
+}
+
+TEST(Replan, SmallGainsDoNotPayForACompile) {
+  ReplanOptions o;
+  o.cost.compile_seconds = 1e6;  // compiles cost more than any padding they save
+  Replanned r(Seq(), o);
+  const UpdateRecord rec = r.Run(120, 20, Mixture);
+  EXPECT_TRUE(rec.added[0].empty());
+  bool declined_for_cost = false;
+  for (const ChangeRecord& c : rec.declined) {
+    declined_for_cost |= c.reason.find("hysteresis band") != std::string::npos;
+  }
+  EXPECT_TRUE(declined_for_cost);
+}
+
+TEST(Replan, TooLittleTrafficChangesNothing) {
+  Replanned r(Seq());
+  const UpdateRecord rec = r.Run(10, 0.5, Mixture);  // 5 requests
+  EXPECT_FALSE(rec.changed);
+  ASSERT_FALSE(rec.declined.empty());
+  EXPECT_THAT(rec.declined[0].reason, HasSubstr("too little traffic"));
+}
+
+TEST(Replan, MemoryPressureAllowsNoNetGrowth) {
+  Replanned r({{"SEQLEN", {1200, 16384}, false, false}});
+  r.probe.Set(0.99);
+  const UpdateRecord rec = r.Run(120, 20, Mixture);
+  EXPECT_TRUE(rec.memory.high);
+  EXPECT_LE(rec.gears_after[0].size(), 2u);
+}
+
+TEST(Replan, PolicyAddedGearsLiveAtLeastTheirLifetime) {
+  ReplanOptions o;
+  o.min_gear_lifetime_seconds = 3600;
+  Replanned r(Seq(), o);
+  r.Run(300, 20, Mixture);
+  const std::vector<int64_t> planned = r.Gears();
+  // Most traffic moves to much longer prompts; the gears planned for the old
+  // mix still see a little of it, so they stay for their lifetime (a gear
+  // that sees no traffic at all may go: removing it is not churn).
+  auto longer = [](std::mt19937_64& rng) {
+    return rng() % 10 == 0 ? Mixture(rng) : 3000 + static_cast<int64_t>(rng() % 1000);
+  };
+  int removed_with_traffic = 0, removed_idle = 0;
+  for (int i = 0; i < 10; ++i) {
+    const UpdateRecord rec = r.Run(60, 20, longer);
+    for (int64_t g : rec.removed[0]) {
+      // Gears the policy added (the initial powers of two are not protected).
+      if (!std::binary_search(planned.begin(), planned.end(), g) || (g & (g - 1)) == 0) continue;
+      for (const GearRecord& gr : rec.gears) {
+        if (gr.gear != g) continue;
+        (gr.samples > 0 ? removed_with_traffic : removed_idle) += 1;
+      }
+    }
+  }
+  EXPECT_EQ(removed_with_traffic, 0);
+  const std::vector<int64_t> now = r.Gears();
+  int kept = 0;
+  for (int64_t g : planned) {
+    if (g > 250 && g <= 1200 && (g & (g - 1)) != 0) kept += std::binary_search(now.begin(), now.end(), g);
+  }
+  EXPECT_GT(kept, 5);
+  // ... and new gears follow the new traffic.
+  EXPECT_TRUE(std::any_of(now.begin(), now.end(), [](int64_t g) { return g > 3000 && g < 4096; }));
+}
+
+TEST(Replan, RespectsTheCountCap) {
+  AdaptiveOptions a;
+  a.max_gears_per_type = 16;
+  Replanned r(Seq(), {}, a);
+  auto wide = [](std::mt19937_64& rng) { return 1 + static_cast<int64_t>(rng() % 16000); };
+  for (int i = 0; i < 5; ++i) {
+    const UpdateRecord rec = r.Run(60, 50, wide);
+    EXPECT_LE(rec.gears_after[0].size(), 16u);
+  }
+}
+
+TEST(Replan, SplittableDimensionsMayMoveTheirLargestGear) {
+  Replanned r({{"BATCHSIZE", {1, 2, 4, 8, 16, 32, 64}, true, false}});
+  auto small = [](std::mt19937_64& rng) { return 1 + static_cast<int64_t>(rng() % 6); };
+  // Enough traffic that the planned gears pay for their compiles.
+  r.Run(120, 400, small);
+  r.Run(60, 400, small);
+  const std::vector<int64_t> g = r.Gears();
+  EXPECT_LT(g.back(), 64);
+  EXPECT_GE(g.back(), 6);  // still covers every size: no shrinking into chunks
+}
+
+TEST(Replan, OptionsAreValidated) {
+  ReplanOptions o;
+  o.min_gain_ratio = 0.5;
+  EXPECT_THAT(ValidateReplanOptions(o).message(), HasSubstr("replan.min_gain_ratio: 0.5"));
+  o = {};
+  o.tail_ratio = 1;
+  EXPECT_THAT(ValidateReplanOptions(o).message(), HasSubstr("replan.tail_ratio"));
+  o = {};
+  o.cost.runtime_exponent = 9;
+  EXPECT_THAT(ValidateReplanOptions(o).message(), HasSubstr("runtime_exponent"));
+  RuntimeOptions ro;
+  ro.policy = UpdatePolicy::kReplan;
+  ro.replan.payback_seconds = -1;
+  ro.start_worker = false;
+  EXPECT_FALSE(AdaptiveGearRuntime::Create(Seq(), ro).ok());
+}
+
+}  // namespace
+}  // namespace gearbox
