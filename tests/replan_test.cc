@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -192,6 +193,65 @@ TEST(Replan, SplittableDimensionsMayMoveTheirLargestGear) {
   const std::vector<int64_t> g = r.Gears();
   EXPECT_LT(g.back(), 64);
   EXPECT_GE(g.back(), 6);  // still covers every size: no shrinking into chunks
+}
+
+// Two dimensions: a unit of batch padding costs a whole row of the sequence
+// dimension, and a batch gear compiles one graph per sequence gear in use.
+struct TwoDims {
+  std::vector<int64_t> seq_gears;
+  std::vector<int64_t> seq_sizes;  // drawn uniformly
+};
+UpdateRecord RunTwoDims(const TwoDims& c, std::vector<int64_t>* batch_gears) {
+  ManualClock clock{0};
+  FixedMemoryProbe probe{0.5};
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.policy = UpdatePolicy::kReplan;
+  o.clock = &clock;
+  o.pool = &pool;
+  o.memory_probe = &probe;
+  o.start_worker = false;
+  auto rt = *AdaptiveGearRuntime::Create(
+      {{"BATCHSIZE", *MakeTimesGears(1, 64), true, false}, {"SEQLEN", c.seq_gears, false, false}}, o);
+  std::mt19937_64 rng(3);
+  for (double t = 0; t < 300; t += 0.2) {
+    SnapshotRef snap = rt->GetSnapshot();
+    const int64_t raw[] = {1 + static_cast<int64_t>(rng() % 40), c.seq_sizes[rng() % c.seq_sizes.size()]};
+    Plan plan;
+    EXPECT_TRUE(MakePlan(*snap, raw, &plan).ok());
+    rt->RecordPlan(plan, t);
+  }
+  UpdateRecord rec = *rt->RunOnce(300);
+  SnapshotRef snap = rt->GetSnapshot();
+  batch_gears->assign(snap->gears(0).begin(), snap->gears(0).end());
+  return rec;
+}
+
+TEST(Replan, OtherDimensionsScaleTheCostOfPaddingAndCompiles) {
+  std::vector<int64_t> short_rows, long_rows, four_seq;
+  // Batch padding on rows of one element saves too little to pay for a
+  // compile; on rows of 2,048 the same padding is worth 2,048 times more.
+  const UpdateRecord a = RunTwoDims({{1}, {1}}, &short_rows);
+  const UpdateRecord b = RunTwoDims({{2048}, {2000}}, &long_rows);
+  EXPECT_TRUE(a.added[0].empty()) << UpdateRecordToJson(a);
+  EXPECT_GE(b.added[0].size(), 3u) << UpdateRecordToJson(b);
+  for (const ChangeRecord& ch : b.changes) {
+    if (ch.dimension == "BATCHSIZE" && ch.action == "add") {
+      EXPECT_DOUBLE_EQ(ch.compile_seconds, 2.0);
+    }
+  }
+  // With four sequence gears in use, each new batch gear means four graphs.
+  const UpdateRecord c = RunTwoDims({{512, 1024, 2048, 4096}, {500, 1000, 2000, 4000}}, &four_seq);
+  bool saw_batch_change = false;
+  for (const ChangeRecord& ch : c.changes) {
+    if (ch.dimension == "BATCHSIZE" && ch.action != "remove") {
+      saw_batch_change = true;
+      // "add"/"replace": one gear, 4 graphs of 2 s; "replan": a multiple.
+      EXPECT_GT(ch.compile_seconds, 0.0);
+      EXPECT_NEAR(std::fmod(ch.compile_seconds, 8.0), 0.0, 1e-9) << UpdateRecordToJson(c);
+    }
+  }
+  EXPECT_TRUE(saw_batch_change) << UpdateRecordToJson(c);
 }
 
 TEST(Replan, OptionsAreValidated) {

@@ -20,8 +20,11 @@
 namespace gearbox {
 
 struct ReplanOptions {
-  // The cost model; compile_seconds is what one gear's compile costs, and
-  // seconds_per_unit what one unit of size costs to run.
+  // The cost model; compile_seconds is what one graph's compile costs, and
+  // seconds_per_unit what one unit of size costs to run. With several
+  // dimensions a gear of one dimension is charged one compile (and one held
+  // graph, and its memory) per gear in use in each of the others: the
+  // combinations it adds.
   GearCostModel cost{2.0, 2e-5, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0};
   // A change's padding gain is counted over this horizon, seconds.
   double payback_seconds = 3600.0;

@@ -144,16 +144,48 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
   const int num_dims = gears.num_dimensions();
   rec.targets.assign(num_dims, {});
   out.protect.clear();
-  const GearCostModel& m = o.cost;
   const double lambda = std::log(2.0) / adaptive.half_life_seconds;
-  const double compile_cost = m.alpha * m.compile_seconds;
+  // With several dimensions a graph is compiled per gear combination, so a
+  // gear of one dimension costs one compile (and one held graph) per gear of
+  // the others that the window's traffic uses.
+  auto stats_of = [&](int d) -> const DimensionStats* {
+    for (const DimensionStats& c : stats.dimensions) {
+      if (c.name == gears.dimension(d).name) return &c;
+    }
+    return nullptr;
+  };
+  // And a unit of padding along one dimension costs a whole row of the
+  // others: run(gears) = seconds_per_unit * (product of gears)^exponent, so
+  // dimension d's sizes run at seconds_per_unit times the mean over the
+  // window of the other dimensions' (gear)^exponent (exact when the
+  // dimensions are independent).
+  std::vector<double> gears_in_use(num_dims, 1.0);
+  std::vector<double> mean_gear_power(num_dims, 1.0);
+  for (int d = 0; d < num_dims; ++d) {
+    if (const DimensionStats* ds = stats_of(d)) {
+      double used = 0, weight = 0, power = 0;
+      for (const GearStats& g : ds->gears) {
+        used += g.sample_count > 0 ? 1 : 0;
+        weight += g.weighted_hits;
+        power += g.weighted_hits * std::pow(static_cast<double>(g.gear), o.cost.runtime_exponent);
+      }
+      gears_in_use[d] = std::max(used, 1.0);
+      if (weight > 0) mean_gear_power[d] = power / weight;
+    }
+  }
 
   for (int d = 0; d < num_dims; ++d) {
     const DimensionSpec& spec = gears.dimension(d);
-    const DimensionStats* ds = nullptr;
-    for (const DimensionStats& c : stats.dimensions) {
-      if (c.name == spec.name) ds = &c;
+    const DimensionStats* ds = stats_of(d);
+    double combinations = 1;  // graphs per gear of this dimension
+    GearCostModel m = o.cost;  // this dimension's view of the cost model
+    for (int e = 0; e < num_dims; ++e) {
+      if (e == d) continue;
+      combinations *= gears_in_use[e];
+      m.seconds_per_unit *= mean_gear_power[e];
     }
+    const double compile_cost = m.alpha * m.compile_seconds * combinations;
+    const double holding_cost = o.gear_holding_seconds * combinations;
     std::vector<int64_t> current(gears.gears(d).begin(), gears.gears(d).end());
     out.next_gears[d] = current;
     if (ds == nullptr) continue;
@@ -180,6 +212,8 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
     if (!hist.values.empty()) {
       GearCostModel scaled = m;
       scaled.beta = m.beta * horizon;  // padding counted over the payback horizon
+      scaled.compile_seconds = m.compile_seconds * combinations;
+      scaled.gamma = m.gamma * combinations;
       auto plan = PlanWithCostModel(hist, adaptive.max_gears_per_type, PlanMethod::kDp, scaled);
       if (plan.ok()) target = plan->plan.gears;
     }
@@ -214,7 +248,7 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
     auto cost_of = [&](const std::vector<int64_t>& s) {
       double mem = 0;
       for (int64_t g : s) mem += m.GearBytes(g) / kGiB;
-      return m.beta * dist.Padding(s, spec.splittable) * horizon + m.gamma * mem;
+      return m.beta * dist.Padding(s, spec.splittable) * horizon + m.gamma * mem * combinations;
     };
     int changes = 0;
     int64_t budget = 0;  // net additions allowed while memory is high (none beyond removals)
@@ -284,8 +318,9 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
       auto threshold_for = [&](int64_t added) {
         // Add / replace: gain >= ratio x compile (twice that for a gear removed
         // within the cooldown). Remove: keeping it must be worth less than its
-        // holding cost, i.e. the removal's gain >= -gear_holding_seconds.
-        if (!added) return -o.gear_holding_seconds;
+        // holding cost, i.e. the removal's gain >= -gear_holding_seconds
+        // (both per graph: times the combinations the gear is part of).
+        if (!added) return -holding_cost;
         double t = o.min_gain_ratio * compile_cost;
         auto r = removed_at.find(added);
         if (r != removed_at.end() && now - r->second < o.readd_cooldown_seconds) t *= 2;
@@ -330,7 +365,9 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
         }
         if (add) after.insert(std::lower_bound(after.begin(), after.end(), add), add);
         double gain = m.beta * horizon * (segments(before) - segments(after));
-        if (m.gamma > 0) gain += m.gamma * ((remove ? m.GearBytes(remove) : 0) - (add ? m.GearBytes(add) : 0)) / kGiB;
+        if (m.gamma > 0) {
+          gain += m.gamma * combinations * ((remove ? m.GearBytes(remove) : 0) - (add ? m.GearBytes(add) : 0)) / kGiB;
+        }
         return gain;
       };
       std::vector<Move> moves;
