@@ -37,6 +37,25 @@ TEST(Config, ParsesDimsAdaptiveAndMemoryModel) {
   EXPECT_DOUBLE_EQ(c->memory_model->GraphBytes(g), 10 + 0.5 * 40);
 }
 
+TEST(Config, ParsesTheReplanPolicysKeys) {
+  auto c = ParseConfig(R"({
+    "dims": [{"name": "SEQLEN", "policy": "TIMES", "min": 1, "max": 4096}],
+    "replan": {"compile_seconds": 0.5, "seconds_per_unit": 3e-7, "runtime_exponent": 2,
+               "payback_seconds": 1800, "min_gain_ratio": 2, "warmup_check_seconds": 5,
+               "max_changes_per_update": 4, "tail_ratio": 3}
+  })");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->replan.cost.compile_seconds, 0.5);
+  EXPECT_EQ(c->replan.cost.seconds_per_unit, 3e-7);
+  EXPECT_EQ(c->replan.cost.runtime_exponent, 2);
+  EXPECT_EQ(c->replan.payback_seconds, 1800);
+  EXPECT_EQ(c->replan.min_gain_ratio, 2);
+  EXPECT_EQ(c->replan.warmup_check_seconds, 5);
+  EXPECT_EQ(c->replan.max_changes_per_update, 4);
+  EXPECT_EQ(c->replan.tail_ratio, 3);
+  EXPECT_EQ(c->replan.min_gear_lifetime_seconds, 3600);  // untouched default
+}
+
 TEST(Config, NamedLadders) {
   EXPECT_THAT(*MakeNamedGears("POW2", 3, 100, "d"), ElementsAre(4, 8, 16, 32, 64, 128));
   EXPECT_THAT(*MakeNamedGears("TIMES", 3, 100, "d"), ElementsAre(3, 4, 8, 16, 32, 64, 100));
@@ -99,6 +118,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "adaptive.add_min_samples: \"5\""},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1, 2, 3]}], "adaptive": {"max_gears_per_type": 2}})",
                   "dims[0].gears: 3 gears"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"compile_secs": 1}})",
+                  "replan.compile_secs: this key is not allowed"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"warmup_check_seconds": 0}})",
+                  "replan.warmup_check_seconds: 0"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"max_changes_per_update": 0}})",
+                  "replan.max_changes_per_update: 0"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"tail_ratio": "2"}})",
+                  "replan.tail_ratio: \"2\""},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"base_bytes": 1}})",
                   "memory_model.device_bytes: missing"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"device_bytes": -5}})",

@@ -11,6 +11,14 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+// "600 -2" / "900 +2": an update's time and its changes to the first dimension.
+std::string fmt_time_and_change(const UpdateRecord& r) {
+  std::string out = std::to_string(static_cast<int>(r.time));
+  for (int64_t g : r.removed[0]) out += " -" + std::to_string(g);
+  for (int64_t g : r.added[0]) out += " +" + std::to_string(g);
+  return out;
+}
+
 RuntimeConfig SeqConfig(std::vector<int64_t> gears) {
   RuntimeConfig c;
   c.dims = {{"SEQLEN", std::move(gears), false, false}};
@@ -128,6 +136,54 @@ TEST(Replay, RecompilesAfterEvictionAndAveragesGearCountsOverTime) {
   // 2 gears for 600 s, 1 for 300 s, 2 for the last 99 s of a 999 s trace.
   EXPECT_NEAR(r->avg_gears[0], (2 * 600.0 + 1 * 300.0 + 2 * 99.0) / 999.0, 1e-9);
   EXPECT_EQ(r->gear_timeline.size(), 1u + r->updates);
+}
+
+TEST(Replay, ChurnCountsGearsEvictedWithinAnHourOfTheirAddition) {
+  // Gear 2 (initial) goes idle and is evicted at 600: not churn. Then size 2
+  // comes and goes every 300 s: re-added at 900, evicted at 1200, re-added at
+  // 1500, evicted at 1800: two add-then-evict cycles within one hour.
+  std::vector<std::pair<double, int64_t>> rows;
+  for (int t = 0; t < 2000; ++t) {
+    const int phase = t / 300;  // 0: both sizes; then 64 only on odd phases, 2 on even
+    int64_t size = phase == 0 ? (t % 2 ? 64 : 2) : (phase % 2 ? 64 : 2);
+    rows.push_back({static_cast<double>(t), size});
+  }
+  RuntimeConfig c = SeqConfig({2, 64});
+  c.adaptive.recent_use_protect_seconds = 0;
+  std::vector<std::string> changes;
+  ReplayOptions o;
+  o.on_update = [&](const UpdateRecord& r) {
+    if (r.changed) changes.push_back(fmt_time_and_change(r));
+  };
+  auto r = Replay(c, SeqTrace(rows), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(changes, ElementsAre("600 -2", "900 +2", "1200 -2", "1500 +2", "1800 -2"));
+  EXPECT_EQ(r->short_lived_gears, 2u);
+  EXPECT_EQ(r->max_gear_cycles_per_hour, 2u);
+  EXPECT_DOUBLE_EQ(r->compiles_per_hour, static_cast<double>(r->compiles));  // under an hour
+  // With a churn window of 250 s no eviction comes that soon after its addition.
+  o.churn_window_seconds = 250;
+  r = Replay(c, SeqTrace(rows), o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->short_lived_gears, 0u);
+  EXPECT_EQ(r->max_gear_cycles_per_hour, 1u);
+  o.churn_window_seconds = 0;
+  EXPECT_THAT(Replay(c, SeqTrace(rows), o).status().message(), HasSubstr("churn_window_seconds"));
+}
+
+TEST(Replay, ReplanPlansAtTheFirstWarmUpCheckWithEnoughTraffic) {
+  std::vector<std::pair<double, int64_t>> rows;
+  for (double t = 1000; t <= 1200; t += 1) rows.push_back({t, 5});
+  std::vector<double> times;
+  ReplayOptions o;
+  o.policy = ReplayPolicy::kReplan;
+  o.on_update = [&](const UpdateRecord& r) { times.push_back(r.time); };
+  auto r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Warm-up checks every 10 s: at 1010 the window holds 11 requests (< 20),
+  // at 1020 it holds 21: the first plan. Then a check (and, under replan, an
+  // update) every 60 s.
+  EXPECT_THAT(times, ElementsAre(1020.0, 1080.0, 1140.0, 1200.0));
 }
 
 TEST(Replay, MemoryFromTheTraceTriggersUpdates) {

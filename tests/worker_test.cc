@@ -77,6 +77,42 @@ TEST(Worker, ChecksEveryMinuteAndUpdatesEveryFiveMinutes) {
   EXPECT_EQ(f.runtime->worker()->updates(), 2u);
 }
 
+TEST(Worker, ReplanChecksOftenUntilItsFirstPlan) {
+  ManualClock clock{0.0};
+  FixedMemoryProbe probe{0.5};
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.policy = UpdatePolicy::kReplan;
+  o.clock = &clock;
+  o.memory_probe = &probe;
+  o.pool = &pool;
+  o.start_worker = true;
+  auto runtime = *AdaptiveGearRuntime::Create({{"SEQLEN", {8, 16, 64}, false, false}}, o);
+  EXPECT_EQ(runtime->CheckIntervalSeconds(), 10.0);  // replan.warmup_check_seconds
+  clock.WaitForSleepers(1);
+  for (int i = 0; i < 30; ++i) {
+    Plan plan;
+    const int64_t raw[] = {5};
+    ASSERT_TRUE(MakePlan(*runtime->GetSnapshot(), raw, &plan).ok());
+    runtime->RecordPlan(plan, 1.0);
+  }
+  clock.Set(10.0);
+  runtime->worker()->WaitForChecks(1);
+  clock.WaitForSleepers(1);
+  EXPECT_EQ(runtime->worker()->updates(), 1u);  // the first plan, 50 s before the first minute
+  EXPECT_EQ(runtime->CheckIntervalSeconds(), 60.0);
+  clock.Set(69.0);  // the next check is a full check interval later, at 70
+  clock.Set(70.0);
+  runtime->worker()->WaitForChecks(2);
+  // A check at 69 would have found 59 s since the plan: no update.
+  EXPECT_EQ(runtime->worker()->updates(), 2u);
+
+  RuntimeOptions adaptive = o;
+  adaptive.policy = UpdatePolicy::kAdaptive;
+  adaptive.start_worker = false;
+  EXPECT_EQ((*AdaptiveGearRuntime::Create({{"SEQLEN", {8}, false, false}}, adaptive))->CheckIntervalSeconds(), 60.0);
+}
+
 TEST(Worker, MemoryPressureTriggersAtTheNextCheck) {
   WorkerFixture f;
   f.probe.Set(0.95);

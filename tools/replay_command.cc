@@ -180,7 +180,12 @@ int RunReplay(const ReplayFlags& f) {
     row(fmt::format("final gears {}", dims[d]),
         [d](const ReplayResult& r) { return fmt::format("{}", r.final_gears[d].size()); });
   }
-  row("compiles", [](const ReplayResult& r) { return fmt::format("{}", r.compiles); });
+  row("compiles (per hour)", [](const ReplayResult& r) {
+    return fmt::format("{} ({:.1f})", r.compiles, r.compiles_per_hour);
+  });
+  row("gears evicted < 1 h after added", [](const ReplayResult& r) {
+    return fmt::format("{} (max {}/gear)", r.short_lived_gears, r.max_gear_cycles_per_hour);
+  });
   row("updates (changed the gears)",
       [](const ReplayResult& r) { return fmt::format("{} ({})", r.updates, r.updates_changed); });
   row("split / eager / rejected requests", [](const ReplayResult& r) {

@@ -51,6 +51,10 @@ struct ReplanOptions {
   // hysteresis-guarded, so it can look every check), seconds. The first
   // update comes at the first check after min_window_weight requests.
   double update_interval_seconds = 60.0;
+  // Until its first update the worker checks this often (seconds; capped by
+  // check_interval_seconds): the initial gears are usually a guess, so the
+  // first plan should not wait a whole check interval.
+  double warmup_check_seconds = 10.0;
 };
 
 absl::Status ValidateReplanOptions(const ReplanOptions& options);

@@ -40,6 +40,8 @@ struct ReplayOptions {
   std::vector<double> update_at;
   // Width of the padding-waste timeline buckets, seconds.
   double timeline_bucket_seconds = 60.0;
+  // A gear evicted within this long of its addition counts as churn.
+  double churn_window_seconds = 3600.0;
   // Called with each update's record (the decisions file).
   std::function<void(const UpdateRecord&)> on_update;
   // Called about every 1% of the rows with (rows done, rows in all).
@@ -73,6 +75,12 @@ struct ReplayResult {
   double raw_volume = 0.0;         // sum over served requests of the product of sizes
   double padding_waste = 0.0;      // padded / raw - 1
   uint64_t compiles = 0;
+  double compiles_per_hour = 0.0;  // compiles / trace hours (at least one hour)
+  // Churn: gears an update added and a later update evicted within
+  // `churn_window_seconds` (3600), and the most add-then-evict cycles one
+  // gear went through within any such window.
+  uint64_t short_lived_gears = 0;
+  uint64_t max_gear_cycles_per_hour = 0;
   uint64_t updates = 0;
   uint64_t updates_changed = 0;
   std::vector<double> avg_gears;   // time-weighted, per dimension

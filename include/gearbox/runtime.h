@@ -126,6 +126,10 @@ class AdaptiveGearRuntime {
   // ---- update path ----
   // What the worker's check would do at `now`: nullopt, kInterval or kMemory.
   std::optional<UpdateTrigger> CheckTrigger(double now);
+  // Seconds from one check to the next: check_interval_seconds, or, with
+  // the replan policy before its first update, replan.warmup_check_seconds
+  // (so the first plan comes soon after enough traffic, not a minute later).
+  double CheckIntervalSeconds() const;
   // One update at `now` (the seed's run_once). Always returns a record.
   absl::StatusOr<UpdateRecord> RunOnce(double now,
                                        UpdateTrigger trigger = UpdateTrigger::kManual);

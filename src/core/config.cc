@@ -232,6 +232,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"tail_ratio", &o->tail_ratio},
       {"min_window_weight", &o->min_window_weight},
       {"update_interval_seconds", &o->update_interval_seconds},
+      {"warmup_check_seconds", &o->warmup_check_seconds},
   };
   std::set<std::string> allowed = {"max_changes_per_update"};
   for (const auto& k : numbers) allowed.insert(k.key);

@@ -111,6 +111,10 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
       {"replan.min_gear_lifetime_seconds", o.min_gear_lifetime_seconds},
       {"replan.readd_cooldown_seconds", o.readd_cooldown_seconds},
       {"replan.min_window_weight", o.min_window_weight}};
+  if (!(std::isfinite(o.warmup_check_seconds) && o.warmup_check_seconds > 0)) {
+    return internal::InvalidFieldValue("replan.warmup_check_seconds", o.warmup_check_seconds,
+                                       "a finite number of seconds > 0");
+  }
   for (const auto& [name, v] : nonnegative) {
     if (!(std::isfinite(v) && v >= 0)) return internal::InvalidFieldValue(name, v, "a finite number >= 0");
   }

@@ -249,6 +249,16 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
   return std::nullopt;
 }
 
+double AdaptiveGearRuntime::CheckIntervalSeconds() const {
+  if (options_.policy == UpdatePolicy::kReplan) {
+    MutexLock lock(&impl_->commit_mu);
+    if (impl_->sequence == 0) {
+      return std::min(options_.replan.warmup_check_seconds, options_.adaptive.check_interval_seconds);
+    }
+  }
+  return options_.adaptive.check_interval_seconds;
+}
+
 WindowStats AdaptiveGearRuntime::BuildStatsSnapshot(double now) {
   SnapshotRef current = GetSnapshot();
   MutexLock lock(&impl_->stats_mu);

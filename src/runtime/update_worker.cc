@@ -29,7 +29,7 @@ void GearUpdateWorker::Stop() {
 
 void GearUpdateWorker::Loop() {
   Clock& clock = runtime_->clock();
-  const double interval = runtime_->options().check_interval_seconds;
+  double interval = runtime_->CheckIntervalSeconds();
   double next_check = clock.NowSeconds() + interval;
   while (!stop_.load(std::memory_order_acquire)) {
     clock.SleepUntil(next_check, &signal_);
@@ -38,6 +38,7 @@ void GearUpdateWorker::Loop() {
     const double now = clock.NowSeconds();
     if (now >= next_check) {
       CheckOnce(now);
+      interval = runtime_->CheckIntervalSeconds();
       next_check = now + interval;
     } else if (next_check - now > interval) {
       next_check = now + interval;  // the clock went backwards

@@ -114,8 +114,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   const bool adaptive = options.policy != ReplayPolicy::kStatic;
   std::vector<double> update_at = options.update_at;
   std::sort(update_at.begin(), update_at.end());
-  const double check = config.adaptive.check_interval_seconds;
-  double next_check = t0 + check;
+  double next_check = t0 + runtime.CheckIntervalSeconds();
   size_t next_update = 0;
 
   const size_t rows = options.max_requests > 0 ? std::min(options.max_requests, trace.rows()) : trace.rows();
@@ -134,7 +133,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
       while (next_check <= t) {
         clock.Set(next_check);
         runtime.worker()->CheckOnce(next_check);
-        next_check += check;
+        next_check += runtime.CheckIntervalSeconds();
       }
     } else if (adaptive) {
       while (next_update < update_at.size() && update_at[next_update] <= t) {

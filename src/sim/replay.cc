@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <unordered_set>
 
 #include "gearbox/runtime.h"
@@ -74,6 +75,55 @@ class TimeAverage {
   double span_ = 0.0;
 };
 
+// Add and evict times of every gear the policy touched, for the churn
+// figures. Gears of the initial set have no add time: evicting one is not
+// churn.
+class ChurnTracker {
+ public:
+  ChurnTracker(int dimensions, double window) : adds_(dimensions), window_(window) {}
+  void Update(const UpdateRecord& r) {
+    for (size_t d = 0; d < adds_.size() && d < r.added.size(); ++d) {
+      for (int64_t g : r.added[d]) adds_[d][g].push_back({r.time, -1.0});
+      for (int64_t g : r.removed[d]) {
+        auto it = adds_[d].find(g);
+        if (it == adds_[d].end() || it->second.back().evicted >= 0) continue;
+        it->second.back().evicted = r.time;
+        if (r.time - it->second.back().added < window_) ++short_lived_;
+      }
+    }
+  }
+  uint64_t short_lived() const { return short_lived_; }
+  // The most add-then-evict cycles of one gear whose adds lie within one window.
+  uint64_t MaxCyclesPerWindow() const {
+    uint64_t most = 0;
+    for (const auto& dimension : adds_) {
+      for (const auto& [gear, lives] : dimension) {
+        size_t first = 0;
+        uint64_t in_window = 0;
+        for (size_t i = 0; i < lives.size(); ++i) {
+          if (lives[i].evicted < 0) continue;
+          ++in_window;
+          while (lives[i].added - lives[first].added >= window_) {
+            if (lives[first].evicted >= 0) --in_window;
+            ++first;
+          }
+          most = std::max(most, in_window);
+        }
+      }
+    }
+    return most;
+  }
+
+ private:
+  struct Life {
+    double added;
+    double evicted;  // < 0 while alive
+  };
+  std::vector<std::map<int64_t, std::vector<Life>>> adds_;
+  double window_;
+  uint64_t short_lived_ = 0;
+};
+
 }  // namespace
 
 std::string_view ReplayPolicyName(ReplayPolicy policy) {
@@ -107,6 +157,9 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     }
   }
   if (trace.rows() == 0) return absl::InvalidArgumentError("trace: no rows");
+  if (!(options.churn_window_seconds > 0)) {
+    return internal::InvalidFieldValue("churn_window_seconds", options.churn_window_seconds, "seconds > 0");
+  }
   if (!(options.timeline_bucket_seconds > 0)) {
     return internal::InvalidFieldValue("timeline_bucket_seconds", options.timeline_bucket_seconds,
                                        "seconds > 0");
@@ -140,6 +193,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   std::vector<TimeAverage> gear_counts(n, TimeAverage(t0));
   TimeAverage graph_count(t0);
   std::vector<int64_t> current_counts(n);
+  ChurnTracker churn(n, options.churn_window_seconds);
 
   RuntimeOptions ro;
   ro.adaptive = config.adaptive;
@@ -157,6 +211,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   ro.on_update = [&](const UpdateRecord& r) {
     ++result.updates;
     if (r.changed) ++result.updates_changed;
+    churn.Update(r);
     for (int d = 0; d < n; ++d) {
       gear_counts[d].Advance(r.time, static_cast<double>(current_counts[d]));
       current_counts[d] = static_cast<int64_t>(r.gears_after[d].size());
@@ -179,8 +234,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
 
   const bool adaptive = options.policy != ReplayPolicy::kStatic;
   const bool scheduled = adaptive && update_at.empty();
-  const double check_interval = config.adaptive.check_interval_seconds;
-  double next_check = t0 + check_interval;
+  double next_check = t0 + runtime.CheckIntervalSeconds();
   size_t next_update = 0;
   // Runs every update due at or before `t`, at its own time.
   auto run_due = [&](double t) -> absl::Status {
@@ -189,7 +243,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
         graph_count.Advance(next_check, static_cast<double>(graphs.alive.size()));
         clock.Set(next_check);
         runtime.worker()->CheckOnce(next_check);
-        next_check += check_interval;
+        next_check += runtime.CheckIntervalSeconds();
       }
     } else if (adaptive) {
       while (next_update < update_at.size() && update_at[next_update] <= t) {
@@ -278,6 +332,9 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     result.avg_gears.push_back(gear_counts[d].Mean(static_cast<double>(current_counts[d])));
     result.final_gears.emplace_back(last->gears(d).begin(), last->gears(d).end());
   }
+  result.compiles_per_hour = static_cast<double>(result.compiles) / std::max(1.0, result.trace_seconds / 3600.0);
+  result.short_lived_gears = churn.short_lived();
+  result.max_gear_cycles_per_hour = churn.MaxCyclesPerWindow();
   result.avg_graphs = graph_count.Mean(static_cast<double>(graphs.alive.size()));
   result.padding_waste = result.raw_volume > 0 ? result.padded_volume / result.raw_volume - 1.0 : 0.0;
   last.Reset();
@@ -300,6 +357,9 @@ std::string ReplayResultJson(const ReplayResult& r, int indent) {
   j["padded_volume"] = r.padded_volume;
   j["raw_volume"] = r.raw_volume;
   j["compiles"] = r.compiles;
+  j["compiles_per_hour"] = r.compiles_per_hour;
+  j["short_lived_gears"] = r.short_lived_gears;
+  j["max_gear_cycles_per_hour"] = r.max_gear_cycles_per_hour;
   j["updates"] = r.updates;
   j["updates_changed"] = r.updates_changed;
   nlohmann::ordered_json avg = nlohmann::ordered_json::object();
