@@ -26,6 +26,7 @@ Trace Synthetic(int rows, bool two_dims) {
   return t;
 }
 
+// Args: dimensions (1 or 2), policy (0 adaptive, 1 replan).
 void BM_Replay(benchmark::State& state) {
   const bool two_dims = state.range(0) == 2;
   const Trace trace = Synthetic(1000000, two_dims);
@@ -33,7 +34,8 @@ void BM_Replay(benchmark::State& state) {
   if (two_dims) c.dims.push_back({"BATCHSIZE", *MakeTimesGears(1, 64), true, false});
   c.dims.push_back({"SEQLEN", *MakeTimesGears(1, 16384), false, false});
   ReplayOptions o;
-  o.policy = ReplayPolicy::kAdaptive;
+  o.policy = state.range(1) == 1 ? ReplayPolicy::kReplan : ReplayPolicy::kAdaptive;
+  state.SetLabel(state.range(1) == 1 ? "replan" : "adaptive");
   for (auto _ : state) {
     auto r = Replay(c, trace, o);
     if (!r.ok()) state.SkipWithError("replay failed");
@@ -41,7 +43,7 @@ void BM_Replay(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(trace.rows()));
 }
-BENCHMARK(BM_Replay)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Replay)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace gearbox

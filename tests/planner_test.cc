@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <random>
 
 namespace gearbox {
@@ -166,7 +168,13 @@ TEST(CostModel, DpMatchesExhaustiveSearchUnderTheModel) {
   m.seconds_per_unit = 0.2;
   m.runtime_exponent = 1.5;
   std::mt19937_64 rng(4);
-  for (int trial = 0; trial < 15; ++trial) {
+  for (int trial = 0; trial < 30; ++trial) {
+    // Cheap to dear compiles (the best count moves from many gears to one),
+    // with and without memory per gear: the DP stops adding counts once the
+    // total rises, which must never miss the cheapest.
+    m.compile_seconds = std::array<double, 3>{0.05, 3, 40}[trial % 3];
+    m.gamma = trial % 2 ? 1e9 : 0;
+    m.memory_bytes_per_unit = trial % 2 ? 0.3 : 0;
     std::vector<int64_t> sizes;
     for (int i = 0; i < 40; ++i) sizes.push_back(1 + static_cast<int64_t>(rng() % 16));
     const SizeHistogram h = Sizes(sizes);

@@ -10,7 +10,8 @@
 
 namespace gearbox {
 
-// Declared in optimal.cc (the DP engine).
+// Declared in optimal.cc (the DP engine). Solves counts 1, 2, ... up to
+// max_gears, stopping once the total rises (it is convex in the count).
 namespace internal {
 std::vector<int64_t> SolveBucketDp(const SizeHistogram& sizes, int max_gears,
                                    const std::vector<double>& unit, const std::vector<double>& fixed,
@@ -149,12 +150,22 @@ absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& h, int k, Pl
   return absl::InternalError("unknown method");
 }
 
+namespace {
+// x^e with the common exponents exact and cheap (the policies evaluate it
+// for every size of the window at every update).
+double Power(double x, double e) {
+  if (e == 1.0) return x;
+  if (e == 2.0) return x * x;
+  return std::pow(x, e);
+}
+}  // namespace
+
 double GearCostModel::Run(int64_t size) const {
-  return seconds_per_unit * std::pow(static_cast<double>(size), runtime_exponent);
+  return seconds_per_unit * Power(static_cast<double>(size), runtime_exponent);
 }
 
 double GearCostModel::GearBytes(int64_t gear) const {
-  return memory_fixed_bytes + memory_bytes_per_unit * std::pow(static_cast<double>(gear), memory_exponent);
+  return memory_fixed_bytes + memory_bytes_per_unit * Power(static_cast<double>(gear), memory_exponent);
 }
 
 absl::Status ValidateCostModel(const GearCostModel& m) {
@@ -216,11 +227,18 @@ absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& h, int budget, P
       unit.push_back(m.beta * m.Run(v));
       fixed.push_back(m.alpha * m.compile_seconds + m.gamma * m.GearBytes(v) / (1024.0 * 1024.0 * 1024.0));
     }
+    // totals[k] is the modelled cost with exactly k gears plus the same
+    // constant for every k (the sizes' own run time), so its smallest entry
+    // (the fewest gears on a tie) is the plan; only that one is evaluated.
     std::vector<double> totals;
     std::vector<std::vector<int64_t>> per_count;
     internal::SolveBucketDp(h, budget, unit, fixed, &totals, &per_count);
+    size_t best_k = 0;
     for (size_t k = 1; k < per_count.size(); ++k) {
-      if (auto s = consider(per_count[k]); !s.ok()) return s;
+      if (best_k == 0 || totals[k] < totals[best_k]) best_k = k;
+    }
+    if (best_k > 0) {
+      if (auto s = consider(per_count[best_k]); !s.ok()) return s;
     }
   } else {
     for (int k = 1; k <= budget; ++k) {

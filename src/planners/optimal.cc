@@ -37,7 +37,11 @@ class BucketDp {
   }
 
   // Layers 1..max_buckets; best_[b] is the minimal total with exactly b gears.
-  void SolveLayers(int max_buckets) {
+  // `stop_once_rising`: stop after the first layer whose total is not below
+  // the previous one. Exact for finding the cheapest count: the bucket cost
+  // is Monge (per-gear fixed costs keep it so), and the minimal k-bucket
+  // total of a Monge partition problem is convex in k.
+  void SolveLayers(int max_buckets, bool stop_once_rising = false) {
     const size_t m = v_.size();
     const size_t buckets = std::min<size_t>(static_cast<size_t>(std::max(max_buckets, 1)), m);
     const double inf = std::numeric_limits<double>::infinity();
@@ -50,6 +54,11 @@ class BucketDp {
       Compute(1, m, 0, m - 1, prev, &cur, &choice_[b]);
       std::swap(prev, cur);
       best_[b] = prev[m];
+      if (stop_once_rising && b >= 2 && best_[b] >= best_[b - 1]) {
+        best_.resize(b + 1);
+        choice_.resize(b + 1);
+        break;
+      }
     }
   }
   const std::vector<double>& best() const { return best_; }
@@ -222,7 +231,7 @@ std::vector<int64_t> SolveBucketDp(const SizeHistogram& sizes, int max_gears,
                                    std::vector<double>* best_per_count,
                                    std::vector<std::vector<int64_t>>* gears_per_count) {
   BucketDp dp(sizes.values, sizes.counts, unit, fixed);
-  dp.SolveLayers(max_gears);
+  dp.SolveLayers(max_gears, /*stop_once_rising=*/true);
   *best_per_count = dp.best();
   gears_per_count->assign(best_per_count->size(), {});
   for (size_t b = 1; b < best_per_count->size(); ++b) (*gears_per_count)[b] = dp.Gears(b);
