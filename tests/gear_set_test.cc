@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace gearbox {
 namespace {
 
@@ -105,6 +107,75 @@ TEST(GearSet, WithGearsKeepsFlagsAndValidates) {
   EXPECT_EQ(next->created_at(), 20.0);
   EXPECT_FALSE(set->WithGears({{}}, 4, 20.0).ok());
   EXPECT_FALSE(set->WithGears({{1}, {2}}, 4, 20.0).ok());
+}
+
+// Joint and sparse gear sets: a grid of BATCHSIZE x SEQLEN gears, of which
+// only some cells are compiled combinations.
+std::vector<DimensionSpec> Grid() {
+  return {{"BATCHSIZE", {1, 4, 16}, true, false}, {"SEQLEN", {128, 512, 2048}, false, false}};
+}
+
+TEST(GearSet, JointCellsRunOnTheCheapestCoveringCombinationWithinTheRatio) {
+  auto set = GearSet::Create(Grid(), 1, 0, {GearScheme::kJoint, {{16, 2048}, {4, 512}, {16, 512}, {4, 512}}, 4.0});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->scheme(), GearScheme::kJoint);
+  EXPECT_THAT(set->combinations(), ElementsAre(GearCombination{4, 512}, GearCombination{16, 512},
+                                               GearCombination{16, 2048}));  // sorted, de-duplicated
+  auto cell = [&](int i, int j) -> std::string {
+    const GearCombination* c = set->CombinationForCell(i, j);
+    return c ? std::to_string((*c)[0]) + "x" + std::to_string((*c)[1]) : "uncompiled";
+  };
+  EXPECT_EQ(cell(1, 1), "4x512");       // a combination runs itself
+  EXPECT_EQ(cell(1, 0), "4x512");       // 4x128 -> 4x512: 4 times the cell, within the ratio
+  EXPECT_EQ(cell(0, 1), "4x512");       // 1x512 -> 4x512: 4 times
+  EXPECT_EQ(cell(0, 0), "uncompiled");  // 1x128 -> 4x512 would be 16 times
+  EXPECT_EQ(cell(2, 0), "16x512");      // 16x128 -> 16x512 (not 16x2048)
+  EXPECT_EQ(cell(1, 2), "16x2048");     // 4x2048 -> 16x2048: 4 times
+  EXPECT_EQ(cell(0, 2), "uncompiled");  // 1x2048 -> 16x2048: 16 times
+  EXPECT_EQ(set->MapToGearIndex(0, 3), 1);
+  EXPECT_EQ(set->MapToGearIndex(1, 2049), -1);
+
+  // Without a ratio any covering combination serves.
+  auto any = GearSet::Create(Grid(), 1, 0, {GearScheme::kJoint, {{16, 2048}}, std::numeric_limits<double>::infinity()});
+  ASSERT_TRUE(any.ok());
+  EXPECT_NE(any->CombinationForCell(0, 0), nullptr);
+  EXPECT_THAT(any->DebugString(), HasSubstr("joint=[(16,2048)]"));
+}
+
+TEST(GearSet, SparseCellsRunOnlyOnThemselves) {
+  auto set = GearSet::Create(Grid(), 1, 0, {GearScheme::kSparse, {{4, 512}}, 4.0});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->cover_ratio(), 1.0);  // sparse is joint with ratio 1
+  ASSERT_NE(set->CombinationForCell(1, 1), nullptr);
+  EXPECT_EQ(set->CombinationForCell(1, 0), nullptr);
+  EXPECT_EQ(set->CombinationForCell(0, 1), nullptr);
+  // A sparse set may compile nothing at all.
+  EXPECT_TRUE(GearSet::Create(Grid(), 1, 0, {GearScheme::kSparse, {}, 1.0}).ok());
+}
+
+TEST(GearSet, CombinationsAreValidatedAndFollowTheGears) {
+  auto message = [](CombinationSpec spec, std::vector<DimensionSpec> dims = Grid()) {
+    return std::string(GearSet::Create(std::move(dims), 1, 0, std::move(spec)).status().message());
+  };
+  EXPECT_THAT(message({GearScheme::kJoint, {{4, 500}}, 4}), HasSubstr("combinations[0][1]: 500"));
+  EXPECT_THAT(message({GearScheme::kJoint, {{4, 500}}, 4}), HasSubstr("a gear of SEQLEN"));
+  EXPECT_EQ(message({GearScheme::kJoint, {}, 4}), "");  // nothing compiled: every cell runs uncompiled
+  EXPECT_THAT(message({GearScheme::kJoint, {{4, 512}}, 0.5}), HasSubstr("cover_ratio: 0.5"));
+  EXPECT_THAT(message({GearScheme::kIndependent, {{4, 512}}, 4}), HasSubstr("joint and sparse schemes only"));
+  EXPECT_THAT(message({GearScheme::kJoint, {{4, 512}}, 4}, {{"SEQLEN", {512}}}), HasSubstr("exactly 2 dimensions"));
+  EXPECT_THAT(std::string(ParseGearScheme("diagonal").status().message()), HasSubstr("scheme: \"diagonal\""));
+  EXPECT_EQ(EveryCombination(std::vector<int64_t>{1, 2}, std::vector<int64_t>{8}).size(), 2u);
+
+  auto set = *GearSet::Create(Grid(), 1, 0, {GearScheme::kJoint, {{4, 512}, {16, 2048}}, 4.0});
+  // New gear lists keep the combinations whose gears all remain.
+  auto next = set.WithGears({{1, 16}, {128, 512, 2048}}, 2, 1.0);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_THAT(next->combinations(), ElementsAre(GearCombination{16, 2048}));
+  EXPECT_EQ(next->cover_ratio(), 4.0);
+  const std::vector<GearCombination> chosen = {{1, 128}};
+  next = set.WithGears({{1, 16}, {128, 512, 2048}}, 2, 1.0, &chosen);
+  ASSERT_TRUE(next.ok());
+  EXPECT_THAT(next->combinations(), ElementsAre(GearCombination{1, 128}));
 }
 
 }  // namespace

@@ -177,5 +177,70 @@ TEST(MakePlan, BothDimensionsSplitGivesTheCartesianProduct) {
   EXPECT_DOUBLE_EQ(plan->padded_volume(), (4 + 4 + 2) * (3 + 3 + 3.0));
 }
 
+TEST(MakePlan, JointSetsRunEachVariantOnItsCombination) {
+  // Grid BATCHSIZE {2, 4, 8} x SEQLEN {64, 256}; compiled: (4, 256), (8, 64).
+  const GearSet gears = *GearSet::Create(
+      {{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 256}, false, false}}, 1, 0,
+      {GearScheme::kJoint, {{4, 256}, {8, 64}}, 4.0});
+  // 19 x 50: chunks 8, 8 and a remainder 3 (cell 4) at SEQLEN cell 64.
+  const int64_t raw[] = {19, 50};
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->scheme(), GearScheme::kJoint);
+  const std::vector<Variant> v = Variants(*plan);
+  ASSERT_EQ(v.size(), 3u);
+  // Full chunks: cell (8, 64) is compiled. The remainder's cell (4, 64) is
+  // covered by (8, 64) and (4, 256), both within 4 times its size; the
+  // smaller product (512 < 1024) serves it.
+  EXPECT_EQ(v[0].gear[0], 8);
+  EXPECT_EQ(v[0].gear[1], 64);
+  EXPECT_EQ(v[2].gear[0], 8);
+  EXPECT_EQ(v[2].gear[1], 64);
+  EXPECT_EQ(v[2].extent[0], 3);
+  EXPECT_FALSE(v[2].eager);
+  EXPECT_DOUBLE_EQ(plan->padded_volume(), 3 * 8 * 64.0);
+  // Events record the cell's gears: where the traffic is.
+  const VariantGroup rest = plan->variant_group(1);
+  EXPECT_EQ(rest.count, 1);
+  EXPECT_EQ(plan->event_gear(rest, 0), 4);
+  EXPECT_EQ(plan->event_gear(rest, 1), 64);
+  EXPECT_EQ(plan->dimension(0).event_raw(1), 3);
+
+  // 4 x 256: cell (4, 256) itself, no copy needed.
+  const int64_t fits[] = {4, 256};
+  auto exact = MakePlan(gears, fits);
+  ASSERT_TRUE(exact.ok());
+  EXPECT_TRUE(exact->exact());
+  const int64_t small[] = {2, 64};  // cell (2, 64): (8, 64) is 4 times its size
+  auto padded = MakePlan(gears, small);
+  ASSERT_TRUE(padded.ok());
+  EXPECT_FALSE(padded->exact());
+  EXPECT_EQ(padded->variant_group(0).gear[0], 8);
+}
+
+TEST(MakePlan, SparseSetsRunUncoveredCellsUncompiledAtTheirExtents) {
+  const GearSet gears = *GearSet::Create(
+      {{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 256}, false, false}}, 1, 0,
+      {GearScheme::kSparse, {{8, 64}}, 1.0});
+  const int64_t raw[] = {19, 50};
+  auto plan = MakePlan(gears, raw);
+  ASSERT_TRUE(plan.ok());
+  const std::vector<Variant> v = Variants(*plan);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_FALSE(v[0].eager);  // (8, 64) is compiled
+  EXPECT_EQ(v[0].gear[0], 8);
+  EXPECT_TRUE(v[2].eager);   // (4, 64) is not: uncompiled, exactly 3 x 50
+  EXPECT_EQ(v[2].gear[0], 3);
+  EXPECT_EQ(v[2].gear[1], 50);
+  EXPECT_TRUE(plan->any_uncompiled());
+  EXPECT_FALSE(plan->any_eager());
+  EXPECT_DOUBLE_EQ(plan->padded_volume(), 2 * 8 * 64.0 + 3 * 50.0);
+  // The uncompiled variant's event too is recorded against its cell's gears.
+  const VariantGroup rest = plan->variant_group(1);
+  EXPECT_TRUE(rest.eager);
+  EXPECT_EQ(plan->event_gear(rest, 0), 4);
+  EXPECT_EQ(plan->event_gear(rest, 1), 64);
+}
+
 }  // namespace
 }  // namespace gearbox

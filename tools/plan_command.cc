@@ -204,6 +204,8 @@ Command AddPlanCommand(CLI::App& app) {
   cmd->add_option("--seed", f->seed, "k-means++ seed");
   cmd->add_option("--compile-seconds", f->cost.compile_seconds, "cost model: compile time per gear");
   cmd->add_option("--seconds-per-unit", f->cost.seconds_per_unit, "cost model: run time per unit of size");
+  cmd->add_option("--seconds-per-run", f->cost.seconds_per_run,
+                  "cost model: run time of every executed variant whatever its size");
   cmd->add_option("--runtime-exponent", f->cost.runtime_exponent, "cost model: run time ~ size^exponent");
   cmd->add_option("--memory-fixed-bytes", f->cost.memory_fixed_bytes, "cost model: bytes per gear");
   cmd->add_option("--memory-bytes-per-unit", f->cost.memory_bytes_per_unit, "cost model: bytes per unit of gear size");

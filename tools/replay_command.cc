@@ -24,6 +24,7 @@ struct ReplayFlags {
   std::string config;
   std::string trace;
   std::string policies = "replan";
+  std::string schemes;  // empty: the config's
   std::string decisions;
   std::string summary;
   std::string plot;
@@ -87,6 +88,26 @@ int RunReplay(const ReplayFlags& f) {
     }
     if (policies.empty()) return Fail(absl::InvalidArgumentError("--policy: name at least one policy"));
   }
+  // One run per (scheme, policy): the schemes named, else the config's.
+  std::vector<std::optional<GearScheme>> schemes;
+  {
+    std::stringstream in(f.schemes);
+    std::string name;
+    while (std::getline(in, name, ',')) {
+      auto s = ParseGearScheme(name, "--scheme");
+      if (!s.ok()) return Fail(s.status());
+      schemes.push_back(*s);
+    }
+    if (schemes.empty()) schemes.push_back(std::nullopt);
+  }
+  struct Run {
+    ReplayPolicy policy;
+    std::optional<GearScheme> scheme;
+  };
+  std::vector<Run> runs;
+  for (const auto& scheme : schemes) {
+    for (ReplayPolicy policy : policies) runs.push_back({policy, scheme});
+  }
   std::vector<double> update_at;
   if (!f.update_at.empty()) {
     auto times = ParseTimes(f.update_at);
@@ -100,12 +121,14 @@ int RunReplay(const ReplayFlags& f) {
   }
 
   std::vector<ReplayResult> results;
-  for (ReplayPolicy policy : policies) {
+  for (const Run& run : runs) {
     ReplayOptions options;
-    options.policy = policy;
+    options.policy = run.policy;
+    options.scheme = run.scheme;
     options.update_at = update_at;
     options.timeline_bucket_seconds = f.bucket_seconds;
-    const std::string name(ReplayPolicyName(policy));
+    const std::string name = std::string(ReplayPolicyName(run.policy)) +
+                             (run.scheme ? "/" + std::string(GearSchemeName(*run.scheme)) : "");
     if (decisions) {
       options.on_update = [&decisions](const UpdateRecord& r) {
         decisions->stream() << UpdateRecordToJson(r) << '\n';
@@ -151,11 +174,11 @@ int RunReplay(const ReplayFlags& f) {
                                 trace->duration() / 60.0);
   auto row = [&](const std::string& label, auto cell) {
     out += fmt::format("  {:<34}", label);
-    for (const ReplayResult& r : results) out += fmt::format("{:>16}", cell(r));
+    for (const ReplayResult& r : results) out += fmt::format("{:>19}", cell(r));
     out += '\n';
   };
   out += fmt::format("  {:<34}", "");
-  for (const ReplayResult& r : results) out += fmt::format("{:>16}", r.policy);
+  for (const ReplayResult& r : results) out += fmt::format("{:>19}", r.policy);
   out += '\n';
   row("padding waste (all dimensions)", [](const ReplayResult& r) { return Percent(r.padding_waste); });
   for (size_t d = 0; d < dims.size(); ++d) {
@@ -191,7 +214,9 @@ int RunReplay(const ReplayFlags& f) {
   row("split / eager / rejected requests", [](const ReplayResult& r) {
     return fmt::format("{}/{}/{}", r.split_requests, r.eager_requests, r.rejected_requests);
   });
-  row("peak graphs alive", [](const ReplayResult& r) { return fmt::format("{}", r.peak_graphs); });
+  row("graphs alive: average / peak", [](const ReplayResult& r) {
+    return fmt::format("{:.1f} / {}", r.avg_graphs, r.peak_graphs);
+  });
   if (config->memory_model) {
     row("peak graph memory (GiB)",
         [](const ReplayResult& r) { return fmt::format("{:.2f}", r.peak_graph_bytes / (1 << 30)); });
@@ -230,13 +255,14 @@ int RunReplay(const ReplayFlags& f) {
     }
     const RuntimeConfig scaled_config = ScaleConfigGears(*config, f.size_scale);
     const Trace scaled_trace = ScaleTraceSizes(*trace, f.size_scale);
-    for (ReplayPolicy policy : policies) {
+    for (const Run& run : runs) {
       ExecutedReplayOptions options;
-      options.policy = policy;
+      options.policy = run.policy;
+      options.scheme = run.scheme;
       options.update_at = update_at;
       options.max_requests = f.max_requests;
       options.memory_budget_bytes = static_cast<int64_t>(f.memory_budget_mb * 1024 * 1024);
-      ProgressBar bar("execute " + std::string(ReplayPolicyName(policy)));
+      ProgressBar bar("execute " + std::string(ReplayPolicyName(run.policy)));
       options.progress = [&bar](size_t done, size_t total) { bar.Update(done, total); };
       auto r = ExecutedReplay(scaled_config, scaled_trace,
                               [&]() { return BackendRegistry::Global().Create(f.execute, params); }, options);
@@ -330,6 +356,9 @@ Command AddReplayCommand(CLI::App& app) {
   cmd->add_option("--trace", f->trace, "trace CSV (t, one column per dimension, optional mem_usage)")
       ->required();
   cmd->add_option("--policy", f->policies, "replan (default), adaptive, static, or a comma-separated list");
+  cmd->add_option("--scheme", f->schemes,
+                  "gear scheme of two-dimensional configs: independent, joint, sparse, or a comma-separated "
+                  "list (each with every --policy); default: the config's");
   cmd->add_option("--decisions", f->decisions, "write each update's record here (JSON Lines)");
   cmd->add_option("--summary", f->summary, "write the figures here (JSON)");
   cmd->add_option("--plot", f->plot, "write gears and padding waste over time here (PNG)");

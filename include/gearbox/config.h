@@ -9,6 +9,8 @@
 //       {"name": "DECODE", "gears": "VLLM"}
 //     ],
 //     "adaptive": {"window_seconds": 300, "pad_add_threshold": 0.35, ...},
+//     "replan": {"compile_seconds": 2.0, ...},
+//     "scheme": "joint", "combinations": [[8, 1024], [64, 4096]],
 //     "memory_model": {"device_bytes": 8e10, "base_bytes": 6e10,
 //                      "graph_fixed_bytes": 2e7, "graph_bytes_per_element": 4096}
 //   }
@@ -50,6 +52,11 @@ struct RuntimeConfig {
   std::vector<DimensionSpec> dims;
   AdaptiveOptions adaptive;
   ReplanOptions replan;  // the "replan" section (used by the replan policy)
+  // "scheme" (default "independent") and the initial "combinations" of a
+  // joint or sparse gear set (gear_set.h; empty: every cell of the gears).
+  GearScheme scheme = GearScheme::kIndependent;
+  std::vector<GearCombination> combinations;
+  double cover_ratio = 4.0;  // "cover_ratio" (joint; a number, or null for infinity)
   std::optional<MemoryModel> memory_model;
 };
 

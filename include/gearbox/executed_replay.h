@@ -7,6 +7,7 @@
 #define GEARBOX_EXECUTED_REPLAY_H_
 
 #include <functional>
+#include <optional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -19,6 +20,7 @@ namespace gearbox {
 
 struct ExecutedReplayOptions {
   ReplayPolicy policy = ReplayPolicy::kAdaptive;
+  std::optional<GearScheme> scheme;  // as ReplayOptions::scheme
   std::vector<double> update_at;
   // Replay at most this many rows (0: all).
   size_t max_requests = 0;

@@ -3,6 +3,7 @@
 #ifndef GEARBOX_GEAR_SET_H_
 #define GEARBOX_GEAR_SET_H_
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -48,13 +49,51 @@ struct DimensionSpec {
 // Default splittability of a dimension by its name (BATCHSIZE splits).
 bool DefaultSplittable(std::string_view dimension_name);
 
+// Which gear combinations are compiled graphs (seeds/001 §17.5.3). The
+// dimensions' gear lists form a grid; a request's variant maps to a cell of
+// it (each dimension to its smallest gear >= the size) and runs:
+enum class GearScheme {
+  kIndependent,  // on that cell: every combination of gears is a graph
+  kJoint,        // on the cheapest compiled combination covering the cell
+                 // (every gear >= the cell's) whose size (product of gears)
+                 // is at most cover_ratio times the cell's; else uncompiled
+                 // at its exact size (the model's dynamic version)
+  kSparse,       // on the cell if it is a compiled combination, else
+                 // uncompiled at its exact size: joint with cover_ratio 1
+};
+std::string_view GearSchemeName(GearScheme scheme);
+absl::StatusOr<GearScheme> ParseGearScheme(std::string_view name, std::string_view field = "scheme");
+
+// Joint and sparse gear sets have exactly this many dimensions.
+inline constexpr int kJointDimensions = 2;
+// A compiled combination: one gear per dimension.
+using GearCombination = std::array<int64_t, kJointDimensions>;
+
+// Every cell of the grid of `a` x `b`: the combinations a joint or sparse
+// gear set starts with unless told otherwise (as many graphs as independent).
+std::vector<GearCombination> EveryCombination(std::span<const int64_t> a, std::span<const int64_t> b);
+
+// The compiled combinations of a joint or sparse gear set.
+struct CombinationSpec {
+  GearScheme scheme = GearScheme::kIndependent;
+  // Each coordinate must be a gear of its dimension; sorted and
+  // de-duplicated on creation. Empty for kIndependent.
+  std::vector<GearCombination> combinations;
+  // Joint: how much larger than a cell the combination it runs on may be
+  // (>= 1; infinity: any covering combination). Sparse: always 1.
+  double cover_ratio = 4.0;
+};
+
 // An immutable gear set with a version: the snapshot requests plan against.
 // Value type; cheap to read concurrently because nothing in it ever changes.
 class GearSet {
  public:
-  // Validates names (unique, [A-Za-z0-9_.-]+), gear lists and flags.
+  // Validates names (unique, [A-Za-z0-9_.-]+), gear lists and flags, and
+  // for joint and sparse sets the combinations (two dimensions; each
+  // coordinate a gear; joint: the largest gears are a combination).
   static absl::StatusOr<GearSet> Create(std::vector<DimensionSpec> dimensions,
-                                        uint64_t version = 1, double created_at = 0.0);
+                                        uint64_t version = 1, double created_at = 0.0,
+                                        CombinationSpec combinations = {});
 
   int num_dimensions() const { return static_cast<int>(dimensions_.size()); }
   const DimensionSpec& dimension(int d) const { return dimensions_[d]; }
@@ -82,14 +121,43 @@ class GearSet {
     return *base;
   }
 
+  // The index of MapToGear's gear in gears(d), or -1 above the largest.
+  int MapToGearIndex(int d, int64_t raw) const {
+    const std::vector<int64_t>& g = dimensions_[d].gears;
+    if (raw > g.back()) return -1;
+    const int64_t* base = g.data();
+    size_t n = g.size();
+    while (n > 1) {
+      const size_t half = n / 2;
+      base = (base[half - 1] < raw) ? base + half : base;
+      n -= half;
+    }
+    return static_cast<int>(base - g.data());
+  }
+
+  GearScheme scheme() const { return scheme_; }
+  // Compiled combinations (joint and sparse; empty for kIndependent), sorted.
+  const std::vector<GearCombination>& combinations() const { return combinations_; }
+  double cover_ratio() const { return cover_ratio_; }
+  // Joint and sparse: the combination the cell (gear index per dimension)
+  // runs on, or nullptr when it runs uncompiled (sparse). One table lookup.
+  const GearCombination* CombinationForCell(int index0, int index1) const {
+    const int c = cell_combination_[static_cast<size_t>(index0) * dimensions_[1].gears.size() +
+                                    static_cast<size_t>(index1)];
+    return c < 0 ? nullptr : &combinations_[static_cast<size_t>(c)];
+  }
+
   // Monotonically increasing per runtime; 1 for the initial set.
   uint64_t version() const { return version_; }
   // Clock time the set was published at.
   double created_at() const { return created_at_; }
 
-  // The same dimensions with new gear lists (one per dimension), validated.
-  absl::StatusOr<GearSet> WithGears(const std::vector<std::vector<int64_t>>& gears,
-                                    uint64_t version, double created_at) const;
+  // The same dimensions and scheme with new gear lists (one per dimension),
+  // validated. Joint and sparse: `combinations` replaces the compiled
+  // combinations; without it the ones whose gears all remain are kept.
+  absl::StatusOr<GearSet> WithGears(const std::vector<std::vector<int64_t>>& gears, uint64_t version,
+                                    double created_at,
+                                    const std::vector<GearCombination>* combinations = nullptr) const;
 
   // "BATCHSIZE=[1,2,4] SEQLEN=[128,256]"
   std::string DebugString() const;
@@ -97,6 +165,12 @@ class GearSet {
  private:
   GearSet() = default;
   std::vector<DimensionSpec> dimensions_;
+  GearScheme scheme_ = GearScheme::kIndependent;
+  std::vector<GearCombination> combinations_;
+  double cover_ratio_ = 1.0;
+  // Joint and sparse: per cell of the grid (row-major by dimension 0), the
+  // index in combinations_ it runs on, or -1.
+  std::vector<int16_t> cell_combination_;
   uint64_t version_ = 0;
   double created_at_ = 0.0;
 };

@@ -53,10 +53,14 @@ struct Variant {
 // reports an error instead of planning billions of chunks).
 inline constexpr int64_t kMaxVariantsPerRequest = int64_t{1} << 30;
 
-// Identical variants, as one group index per dimension and how many they are.
+// Identical variants, as one group index per dimension and how many they
+// are, and the shape they run at: `gear` per dimension (a joint gear set's
+// combination, or the exact extents of a variant that runs uncompiled).
 struct VariantGroup {
   int group[kMaxDimensions] = {};
   int64_t count = 0;
+  int64_t gear[kMaxDimensions] = {};
+  bool eager = false;  // runs uncompiled
 };
 
 class Plan {
@@ -68,12 +72,25 @@ class Plan {
   // Executed variants: the product over dimensions of their chunk counts.
   int64_t num_variants() const { return num_variants_; }
   bool any_split() const;
+  // Some dimension runs above its largest gear at its exact size.
   bool any_eager() const;
+  // Some variant runs uncompiled: an eager dimension, or a sparse gear set's
+  // cell without a compiled combination.
+  bool any_uncompiled() const;
 
   // Groups of identical variants (at most 2^num_dimensions), for recording
   // one event per executed variant without visiting each chunk.
   int num_variant_groups() const { return num_variant_groups_; }
   VariantGroup variant_group(int index) const;
+  // What the statistics record as the gear of dimension d for group `vg`
+  // (DimensionPlan::event_gear): the gear its size maps to, which for a
+  // joint or sparse set is its cell's, whatever combination it ran on (the
+  // combination is the graph; the cell is where the traffic is), and the
+  // largest gear as overflow for an eager dimension.
+  int64_t event_gear(const VariantGroup& vg, int d) const { return dimensions_[d].event_gear(vg.group[d]); }
+  // One variant, compiled, exactly at the request's sizes (no copy needed).
+  bool exact() const;
+  GearScheme scheme() const { return scheme_; }
 
   // Visits every executed variant, the last dimension varying fastest.
   template <typename Visitor>
@@ -86,7 +103,17 @@ class Plan {
 
  private:
   friend absl::Status MakePlan(const GearSet&, std::span<const int64_t>, Plan*);
+  // Joint and sparse gear sets: per variant group (kJointDimensions
+  // dimensions, so at most 4), the combination it runs on, or its extents
+  // with `eager` when no combination serves it.
+  struct JointGroup {
+    int64_t gear[kJointDimensions];
+    bool eager;
+  };
   uint64_t snapshot_version_ = 0;
+  GearScheme scheme_ = GearScheme::kIndependent;
+  bool joint_ = false;  // scheme_ is joint or sparse, and no dimension is eager
+  JointGroup joint_groups_[1 << kJointDimensions];
   int num_dimensions_ = 0;
   int num_variant_groups_ = 0;  // product of num_groups
   int64_t num_variants_ = 0;    // product of num_chunks
@@ -117,6 +144,12 @@ void Plan::ForEachVariant(Visitor&& visit) const {
       v.gear[d] = g.gear;
       v.extent[d] = g.extent;
       v.offset[d] = g.offset + chunk[d] * g.extent;
+    }
+    if (joint_) {
+      const JointGroup& j = joint_groups_[group[0] * dimensions_[1].num_groups + group[1]];
+      v.gear[0] = j.gear[0];
+      v.gear[1] = j.gear[1];
+      v.eager = j.eager;
     }
     visit(static_cast<const Variant&>(v));
     int d = n - 1;

@@ -67,7 +67,7 @@ absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& sizes, int k
 // Cost = alpha * compile + beta * padding runtime + gamma * memory (§17.5.2):
 //   compile        = gears * compile_seconds
 //   padding runtime = sum over sizes of count * (run(gear) - run(size)),
-//                    run(g) = seconds_per_unit * g^runtime_exponent
+//                    run(g) = seconds_per_run + seconds_per_unit * g^runtime_exponent
 //   memory         = sum over gears of (memory_fixed_bytes +
 //                    memory_bytes_per_unit * g^memory_exponent), in GiB
 // An exponent of 2 models attention, whose work grows with the square of
@@ -82,6 +82,9 @@ struct GearCostModel {
   double alpha = 1.0;
   double beta = 1.0;
   double gamma = 0.0;
+  // What every executed variant costs whatever its size (a launch, reading
+  // the weights once): the price of splitting a request into more chunks.
+  double seconds_per_run = 0.0;
 
   double Run(int64_t size) const;       // seconds
   double GearBytes(int64_t gear) const; // bytes

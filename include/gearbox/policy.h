@@ -17,6 +17,8 @@ namespace gearbox {
 
 struct UpdateDecision {
   std::vector<std::vector<int64_t>> next_gears;  // per dimension, ascending
+  // Joint and sparse gear sets: the next compiled combinations (sorted).
+  std::vector<GearCombination> next_combinations;
   std::vector<std::vector<int64_t>> removed;
   std::vector<std::vector<int64_t>> added;
   // Gears kept by the replacement-loss or hysteresis filter: their

@@ -55,6 +55,11 @@ struct ReplanOptions {
   // check_interval_seconds): the initial gears are usually a guess, so the
   // first plan should not wait a whole check interval.
   double warmup_check_seconds = 10.0;
+  // Joint and sparse gear sets (gear_set.h): at most this many compiled
+  // combinations, and (sparse) how many times slower a variant runs
+  // uncompiled than on a graph of its exact size.
+  int max_combinations = 256;
+  double uncompiled_slowdown = 2.0;
 };
 
 absl::Status ValidateReplanOptions(const ReplanOptions& options);

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,10 @@ absl::StatusOr<ReplayPolicy> ParseReplayPolicy(std::string_view name);
 
 struct ReplayOptions {
   ReplayPolicy policy = ReplayPolicy::kAdaptive;
+  // Overrides the config's gear scheme (then starting from every cell of the
+  // initial gears unless it is the config's own scheme, whose combinations
+  // are kept). Joint and sparse need the replan or static policy.
+  std::optional<GearScheme> scheme;
   // Non-empty: run updates at exactly these trace times (seconds, the same
   // clock as the trace's t column) instead of the worker's schedule.
   std::vector<double> update_at;
@@ -62,7 +67,8 @@ struct WasteBucket {
 };
 
 struct ReplayResult {
-  std::string policy;
+  std::string policy;  // "replan", or "replan/joint" when a scheme was chosen
+  GearScheme scheme = GearScheme::kIndependent;
   std::vector<std::string> dimensions;
   uint64_t requests = 0;           // rows replayed
   uint64_t served_requests = 0;    // ... that could be planned

@@ -55,6 +55,14 @@ struct RuntimeOptions {
   // (docs/PERFORMANCE.md, "Choosing the default policy").
   UpdatePolicy policy = UpdatePolicy::kReplan;
   ReplanOptions replan;  // used with UpdatePolicy::kReplan
+  // Which gear combinations are compiled graphs (gear_set.h, seeds/001
+  // §17.5.3). Joint and sparse need two dimensions and the replan policy
+  // (which decides the combinations from the window's variant shapes);
+  // `combinations` are the initial ones, empty meaning every cell of the
+  // initial gears.
+  GearScheme scheme = GearScheme::kIndependent;
+  std::vector<GearCombination> combinations;
+  double cover_ratio = 4.0;  // joint: CombinationSpec::cover_ratio
   // Time source; null means SystemClock::Default(). Not owned.
   Clock* clock = nullptr;
   // Memory usage source; null disables memory-pressure handling. Not owned.

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "gearbox/gear_set.h"
+
 namespace gearbox {
 
 // Counts of raw sizes in log-linear bins, so memory does not grow with the
@@ -63,6 +65,14 @@ class RawSampleHistogram {
       if (counts_[i] != 0) visit(BinValue(first_bin_ + static_cast<int64_t>(i)), counts_[i]);
     }
   }
+  // The same with each bin's smallest and largest value.
+  template <typename Visitor>  // visit(low, high, count)
+  void ForEachBinRange(Visitor&& visit) const {
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      const int64_t bin = first_bin_ + static_cast<int64_t>(i);
+      if (counts_[i] != 0) visit(BinLow(bin), BinLow(bin) + BinWidth(bin) - 1, counts_[i]);
+    }
+  }
 
  private:
   void Cover(int64_t bin);
@@ -107,9 +117,10 @@ struct DimensionStats {
   double total_weighted_hits = 0.0;
   std::vector<GearStats> gears;  // one per active gear, ascending by gear
   // The window's raw sizes with their decay weights, merged over the gears
-  // (ascending; sizes at histogram resolution; each slot's samples share
-  // the slot's mean weight). Filled for policies that re-plan from the
-  // distribution.
+  // (ascending; each at its histogram bin's largest value, so a gear planned
+  // at one covers the whole bin, but no larger than the gear that served
+  // it; each slot's samples share the slot's mean weight). Filled for
+  // policies that re-plan from the distribution.
   std::vector<WeightedSize> sizes;
   // How much of the window has traffic in it (from the oldest slot with a
   // sample to now, at most window_seconds): rates read from `sizes` divide
@@ -120,9 +131,25 @@ struct DimensionStats {
   std::vector<std::pair<int64_t, double>> recently_removed;
 };
 
+// A variant shape over two dimensions and its decay weight in the window
+// (joint and sparse gear sets).
+struct JointSize {
+  int64_t a = 0;  // first dimension's size
+  int64_t b = 0;  // second dimension's size
+  double weight = 0.0;
+};
+
 struct WindowStats {
   double now = 0.0;
   std::vector<DimensionStats> dimensions;  // in gear-set order
+  // Joint and sparse gear sets: the executed variant shapes (split chunks at
+  // their extents), filled for the replan policy. Each is a bin's largest
+  // sizes, so a combination at it covers every shape the bin stands for.
+  std::vector<JointSize> joint_sizes;
+  // ... their compiled combinations with when each was added (the initial
+  // ones at the runtime's start), and those dropped in the last hour, when.
+  std::vector<std::pair<GearCombination, double>> combinations;
+  std::vector<std::pair<GearCombination, double>> recently_removed_combinations;
 };
 
 // Builds one gear's statistics from explicit samples (raw size, event time),

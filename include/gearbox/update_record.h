@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gearbox/gear_set.h"
+
 namespace gearbox {
 
 enum class UpdateTrigger {
@@ -44,14 +46,15 @@ std::string_view VerdictName(GearVerdict verdict);
 
 // A gear change the replan policy took, or the best one it declined.
 struct ChangeRecord {
-  std::string dimension;
-  std::string action;         // "add", "remove" or "replace"
+  std::string dimension;      // joint and sparse combinations: "A,B"
+  std::string action;         // "add", "remove", "replace", "replan"; "compile" / "drop" a combination
   int64_t gear = 0;           // added (or, for "remove", removed)
   int64_t replaced = 0;       // for "replace": the gear removed
   double gain_seconds = 0.0;  // padding (and memory, weighted) saved over the payback horizon
   double compile_seconds = 0.0;  // what the addition costs to compile (weighted)
   double net_seconds = 0.0;   // gain - compile
   std::string reason;         // why it was taken or declined
+  GearCombination combination{};  // for "compile" and "drop"
 };
 
 struct GearRecord {
@@ -123,6 +126,12 @@ struct UpdateRecord {
   std::vector<std::vector<int64_t>> targets;
   std::vector<ChangeRecord> changes;
   std::vector<ChangeRecord> declined;
+  // Joint and sparse gear sets: the scheme, the compiled combinations after
+  // the update, and those it compiled and dropped.
+  GearScheme scheme = GearScheme::kIndependent;
+  std::vector<GearCombination> combinations_after;
+  std::vector<GearCombination> combinations_added;
+  std::vector<GearCombination> combinations_removed;
 };
 
 // One line of JSON (no newline), the decisions-file format (README).

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -217,6 +218,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
   const NumberKey numbers[] = {
       {"compile_seconds", &o->cost.compile_seconds},
       {"seconds_per_unit", &o->cost.seconds_per_unit},
+      {"seconds_per_run", &o->cost.seconds_per_run},
       {"runtime_exponent", &o->cost.runtime_exponent},
       {"memory_fixed_bytes", &o->cost.memory_fixed_bytes},
       {"memory_bytes_per_unit", &o->cost.memory_bytes_per_unit},
@@ -233,8 +235,9 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"min_window_weight", &o->min_window_weight},
       {"update_interval_seconds", &o->update_interval_seconds},
       {"warmup_check_seconds", &o->warmup_check_seconds},
+      {"uncompiled_slowdown", &o->uncompiled_slowdown},
   };
-  std::set<std::string> allowed = {"max_changes_per_update"};
+  std::set<std::string> allowed = {"max_changes_per_update", "max_combinations"};
   for (const auto& k : numbers) allowed.insert(k.key);
   if (auto s = CheckKeys(r, "replan", allowed); !s.ok()) return s;
   for (const auto& k : numbers) {
@@ -250,6 +253,14 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       return internal::InvalidFieldValue("replan.max_changes_per_update", *v, "an integer in [1, 1024]");
     }
     o->max_changes_per_update = static_cast<int>(*v);
+  }
+  if (r.contains("max_combinations")) {
+    auto v = GetInt(r["max_combinations"], "replan.max_combinations");
+    if (!v.ok()) return v.status();
+    if (*v < 1 || *v > 4096) {
+      return internal::InvalidFieldValue("replan.max_combinations", *v, "an integer in [1, 4096]");
+    }
+    o->max_combinations = static_cast<int>(*v);
   }
   return ValidateReplanOptions(*o);
 }
@@ -349,7 +360,10 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
     return absl::InvalidArgumentError(Cat("config: not valid JSON (", e.what(), ")"));
   }
   if (!root.is_object()) return InvalidField("config", Shown(root), "a JSON object");
-  if (auto s = CheckKeys(root, "", {"dims", "adaptive", "replan", "memory_model"}); !s.ok()) return s;
+  if (auto s = CheckKeys(root, "", {"dims", "adaptive", "replan", "memory_model", "scheme", "combinations", "cover_ratio"});
+      !s.ok()) {
+    return s;
+  }
   RuntimeConfig config;
   if (!root.contains("dims") || !root["dims"].is_array() || root["dims"].empty()) {
     return InvalidField("dims", root.contains("dims") ? Shown(root["dims"]) : "missing",
@@ -360,7 +374,47 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
     if (!dim.ok()) return dim.status();
     config.dims.push_back(*std::move(dim));
   }
-  if (auto set = GearSet::Create(config.dims); !set.ok()) return set.status();
+  if (root.contains("scheme")) {
+    if (!root["scheme"].is_string()) {
+      return InvalidField("scheme", Shown(root["scheme"]), "\"independent\", \"joint\" or \"sparse\"");
+    }
+    auto scheme = ParseGearScheme(root["scheme"].get<std::string>(), "scheme");
+    if (!scheme.ok()) return scheme.status();
+    config.scheme = *scheme;
+  }
+  if (root.contains("combinations")) {
+    const json& list = root["combinations"];
+    if (!list.is_array()) return InvalidField("combinations", Shown(list), "a list of [gear, gear] pairs");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string field = Cat("combinations[", i, "]");
+      if (!list[i].is_array() || list[i].size() != kJointDimensions) {
+        return InvalidField(field, Shown(list[i]), "a [gear, gear] pair (one gear per dimension)");
+      }
+      GearCombination c{};
+      for (int d = 0; d < kJointDimensions; ++d) {
+        auto v = GetInt(list[i][static_cast<size_t>(d)], Cat(field, "[", d, "]"));
+        if (!v.ok()) return v.status();
+        c[static_cast<size_t>(d)] = *v;
+      }
+      config.combinations.push_back(c);
+    }
+  }
+  if (root.contains("cover_ratio")) {
+    if (root["cover_ratio"].is_null()) {
+      config.cover_ratio = std::numeric_limits<double>::infinity();
+    } else {
+      auto v = GetNumber(root["cover_ratio"], "cover_ratio");
+      if (!v.ok()) return v.status();
+      config.cover_ratio = *v;
+    }
+  }
+  {
+    CombinationSpec spec{config.scheme, config.combinations, config.cover_ratio};
+    if (spec.scheme != GearScheme::kIndependent && spec.combinations.empty() && config.dims.size() == kJointDimensions) {
+      spec.combinations = EveryCombination(config.dims[0].gears, config.dims[1].gears);
+    }
+    if (auto set = GearSet::Create(config.dims, 1, 0.0, std::move(spec)); !set.ok()) return set.status();
+  }
   if (root.contains("adaptive")) {
     if (auto s = ParseAdaptive(root["adaptive"], &config.adaptive); !s.ok()) return s;
   }

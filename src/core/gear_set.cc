@@ -68,8 +68,33 @@ absl::StatusOr<std::vector<int64_t>> NormalizeGears(std::vector<int64_t> gears,
 
 bool DefaultSplittable(std::string_view dimension_name) { return dimension_name == kBatchSize; }
 
+std::vector<GearCombination> EveryCombination(std::span<const int64_t> a, std::span<const int64_t> b) {
+  std::vector<GearCombination> out;
+  out.reserve(a.size() * b.size());
+  for (int64_t x : a) {
+    for (int64_t y : b) out.push_back({x, y});
+  }
+  return out;
+}
+
+std::string_view GearSchemeName(GearScheme scheme) {
+  switch (scheme) {
+    case GearScheme::kIndependent: return "independent";
+    case GearScheme::kJoint: return "joint";
+    case GearScheme::kSparse: return "sparse";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<GearScheme> ParseGearScheme(std::string_view name, std::string_view field) {
+  if (name == "independent") return GearScheme::kIndependent;
+  if (name == "joint") return GearScheme::kJoint;
+  if (name == "sparse") return GearScheme::kSparse;
+  return InvalidField(field, internal::Cat("\"", name, "\""), "\"independent\", \"joint\" or \"sparse\"");
+}
+
 absl::StatusOr<GearSet> GearSet::Create(std::vector<DimensionSpec> dimensions, uint64_t version,
-                                        double created_at) {
+                                        double created_at, CombinationSpec combinations) {
   if (dimensions.empty()) {
     return InvalidField("dims", "[]", "a gear set needs at least one dimension");
   }
@@ -101,6 +126,59 @@ absl::StatusOr<GearSet> GearSet::Create(std::vector<DimensionSpec> dimensions, u
   set.dimensions_ = std::move(dimensions);
   set.version_ = version;
   set.created_at_ = created_at;
+  set.scheme_ = combinations.scheme;
+  if (combinations.scheme == GearScheme::kIndependent) {
+    if (!combinations.combinations.empty()) {
+      return InvalidField("combinations", internal::Cat(combinations.combinations.size(), " combinations"),
+                          "combinations go with the joint and sparse schemes only");
+    }
+    return set;
+  }
+  const std::string_view scheme = GearSchemeName(combinations.scheme);
+  if (set.num_dimensions() != kJointDimensions) {
+    return InvalidField("scheme", internal::Cat("\"", scheme, "\" with ", set.num_dimensions(), " dimensions"),
+                        internal::Cat("the joint and sparse schemes need exactly ", kJointDimensions,
+                                      " dimensions"));
+  }
+  std::vector<GearCombination>& combos = combinations.combinations;
+  if (combinations.scheme == GearScheme::kSparse) combinations.cover_ratio = 1.0;
+  if (!(combinations.cover_ratio >= 1.0)) {  // also NaN; infinity is allowed
+    return InvalidFieldValue("cover_ratio", combinations.cover_ratio, "a ratio >= 1 (or infinity)");
+  }
+  set.cover_ratio_ = combinations.cover_ratio;
+  for (size_t i = 0; i < combos.size(); ++i) {
+    for (int d = 0; d < kJointDimensions; ++d) {
+      if (!set.Contains(d, combos[i][d])) {
+        return InvalidFieldValue(internal::Cat("combinations[", i, "][", d, "]"), combos[i][d],
+                                 internal::Cat("a gear of ", set.dimensions_[d].name));
+      }
+    }
+  }
+  std::sort(combos.begin(), combos.end());
+  combos.erase(std::unique(combos.begin(), combos.end()), combos.end());
+  set.combinations_ = std::move(combos);
+  // The cell table: per cell, the cheapest combination covering it within
+  // cover_ratio (the smallest product, then the first), or -1.
+  const std::vector<int64_t>& g0 = set.dimensions_[0].gears;
+  const std::vector<int64_t>& g1 = set.dimensions_[1].gears;
+  set.cell_combination_.assign(g0.size() * g1.size(), -1);
+  for (size_t i = 0; i < g0.size(); ++i) {
+    for (size_t j = 0; j < g1.size(); ++j) {
+      int best = -1;
+      double best_volume = 0;
+      const double limit = set.cover_ratio_ * static_cast<double>(g0[i]) * static_cast<double>(g1[j]);
+      for (size_t c = 0; c < set.combinations_.size(); ++c) {
+        const GearCombination& k = set.combinations_[c];
+        const double volume = static_cast<double>(k[0]) * static_cast<double>(k[1]);
+        if (k[0] < g0[i] || k[1] < g1[j] || volume > limit) continue;
+        if (best < 0 || volume < best_volume) {
+          best = static_cast<int>(c);
+          best_volume = volume;
+        }
+      }
+      set.cell_combination_[i * g1.size() + j] = static_cast<int16_t>(best);
+    }
+  }
   return set;
 }
 
@@ -116,15 +194,28 @@ bool GearSet::Contains(int d, int64_t gear) const {
   return std::binary_search(g.begin(), g.end(), gear);
 }
 
-absl::StatusOr<GearSet> GearSet::WithGears(const std::vector<std::vector<int64_t>>& gears,
-                                           uint64_t version, double created_at) const {
+absl::StatusOr<GearSet> GearSet::WithGears(const std::vector<std::vector<int64_t>>& gears, uint64_t version,
+                                           double created_at,
+                                           const std::vector<GearCombination>* combinations) const {
   if (gears.size() != dimensions_.size()) {
     return InvalidField("gears", internal::Cat(gears.size(), " lists"),
                         internal::Cat("one list per dimension (", dimensions_.size(), ")"));
   }
   std::vector<DimensionSpec> dims = dimensions_;
   for (size_t d = 0; d < dims.size(); ++d) dims[d].gears = gears[d];
-  return Create(std::move(dims), version, created_at);
+  CombinationSpec spec{scheme_, {}, cover_ratio_};
+  if (combinations != nullptr) {
+    spec.combinations = *combinations;
+  } else if (scheme_ != GearScheme::kIndependent) {
+    auto has = [&](int d, int64_t g) {
+      const std::vector<int64_t>& list = gears[static_cast<size_t>(d)];
+      return std::find(list.begin(), list.end(), g) != list.end();
+    };
+    for (const GearCombination& c : combinations_) {
+      if (has(0, c[0]) && has(1, c[1])) spec.combinations.push_back(c);
+    }
+  }
+  return Create(std::move(dims), version, created_at, std::move(spec));
 }
 
 std::string GearSet::DebugString() const {
@@ -132,6 +223,13 @@ std::string GearSet::DebugString() const {
   for (const auto& dim : dimensions_) {
     if (!out.empty()) out += ' ';
     out += internal::Cat(dim.name, "=[", fmt::format("{}", fmt::join(dim.gears, ",")), "]");
+  }
+  if (scheme_ != GearScheme::kIndependent) {
+    out += internal::Cat(" ", GearSchemeName(scheme_), "=[");
+    for (size_t c = 0; c < combinations_.size(); ++c) {
+      out += internal::Cat(c ? "," : "", "(", combinations_[c][0], ",", combinations_[c][1], ")");
+    }
+    out += "]";
   }
   return out;
 }

@@ -22,17 +22,45 @@ bool Plan::any_eager() const {
                      [](const DimensionPlan& d) { return d.eager; });
 }
 
+bool Plan::any_uncompiled() const {
+  if (any_eager()) return true;
+  if (!joint_) return false;
+  for (int i = 0; i < num_variant_groups_; ++i) {
+    if (joint_groups_[i].eager) return true;
+  }
+  return false;
+}
+
 VariantGroup Plan::variant_group(int index) const {
   VariantGroup vg;
   vg.count = 1;
+  vg.eager = any_eager();
+  const int flat = index;
   // Mixed-radix decomposition, last dimension fastest (as ForEachVariant).
   for (int d = num_dimensions_ - 1; d >= 0; --d) {
     const int radix = dimensions_[d].num_groups;
     vg.group[d] = index % radix;
     index /= radix;
-    vg.count *= dimensions_[d].groups[vg.group[d]].count;
+    const ChunkGroup& g = dimensions_[d].groups[vg.group[d]];
+    vg.count *= g.count;
+    vg.gear[d] = g.gear;
+  }
+  if (joint_) {
+    const JointGroup& j = joint_groups_[flat];
+    vg.gear[0] = j.gear[0];
+    vg.gear[1] = j.gear[1];
+    vg.eager = j.eager;
   }
   return vg;
+}
+
+bool Plan::exact() const {
+  if (num_variants_ != 1 || any_uncompiled()) return false;
+  const VariantGroup vg = variant_group(0);
+  for (int d = 0; d < num_dimensions_; ++d) {
+    if (vg.gear[d] != dimensions_[d].raw) return false;
+  }
+  return true;
 }
 
 double Plan::padded_volume() const {
@@ -40,9 +68,7 @@ double Plan::padded_volume() const {
   for (int i = 0, n = num_variant_groups(); i < n; ++i) {
     const VariantGroup vg = variant_group(i);
     double volume = static_cast<double>(vg.count);
-    for (int d = 0; d < num_dimensions_; ++d) {
-      volume *= static_cast<double>(dimensions_[d].groups[vg.group[d]].gear);
-    }
+    for (int d = 0; d < num_dimensions_; ++d) volume *= static_cast<double>(vg.gear[d]);
     total += volume;
   }
   return total;
@@ -61,6 +87,8 @@ absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* 
                                   internal::Cat("one size per dimension (", n, ")"));
   }
   plan->snapshot_version_ = gears.version();
+  plan->scheme_ = gears.scheme();
+  plan->joint_ = false;
   plan->num_dimensions_ = n;
   plan->num_variant_groups_ = 1;
   plan->num_variants_ = 1;
@@ -110,6 +138,23 @@ absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* 
           spec.name, size,
           internal::Cat("the largest gear is ", max,
                         " and this dimension neither splits nor has eager_fallback"));
+    }
+  }
+  if (gears.scheme() != GearScheme::kIndependent && !plan->any_eager()) {
+    // Each variant group's cell runs on the combination the gear set gives
+    // it, or (sparse, no combination) uncompiled at its extents.
+    plan->joint_ = true;
+    const DimensionPlan& a = plan->dimensions_[0];
+    const DimensionPlan& b = plan->dimensions_[1];
+    for (int i = 0; i < a.num_groups; ++i) {
+      for (int j = 0; j < b.num_groups; ++j) {
+        Plan::JointGroup& jg = plan->joint_groups_[i * b.num_groups + j];
+        const GearCombination* c =
+            gears.CombinationForCell(gears.MapToGearIndex(0, a.groups[i].gear), gears.MapToGearIndex(1, b.groups[j].gear));
+        jg.eager = c == nullptr;
+        jg.gear[0] = c ? (*c)[0] : a.groups[i].extent;
+        jg.gear[1] = c ? (*c)[1] : b.groups[j].extent;
+      }
     }
   }
   return absl::OkStatus();

@@ -259,10 +259,7 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
   }
   const bool host = backend_->device().device_type == kDLCPU;
   // Zero copy: one variant exactly at the request's size, compact tensors.
-  bool zero_copy = host && plan.num_variants() == 1 && !plan.any_eager();
-  for (int d = 0; zero_copy && d < dims; ++d) {
-    zero_copy = plan.dimension(d).groups[0].gear == plan.dimension(d).raw;
-  }
+  bool zero_copy = host && plan.exact();
   for (const DLTensor& t : inputs) zero_copy = zero_copy && Compact(t) && t.device.device_type == kDLCPU;
   for (const DLTensor& t : outputs) zero_copy = zero_copy && Compact(t) && t.device.device_type == kDLCPU;
 

@@ -161,7 +161,7 @@ double Power(double x, double e) {
 }  // namespace
 
 double GearCostModel::Run(int64_t size) const {
-  return seconds_per_unit * Power(static_cast<double>(size), runtime_exponent);
+  return seconds_per_run + seconds_per_unit * Power(static_cast<double>(size), runtime_exponent);
 }
 
 double GearCostModel::GearBytes(int64_t gear) const {
@@ -171,6 +171,7 @@ double GearCostModel::GearBytes(int64_t gear) const {
 absl::Status ValidateCostModel(const GearCostModel& m) {
   const std::pair<const char*, double> nonnegative[] = {
       {"compile_seconds", m.compile_seconds}, {"seconds_per_unit", m.seconds_per_unit},
+      {"seconds_per_run", m.seconds_per_run},
       {"memory_fixed_bytes", m.memory_fixed_bytes}, {"memory_bytes_per_unit", m.memory_bytes_per_unit},
       {"alpha", m.alpha}, {"beta", m.beta}, {"gamma", m.gamma}};
   for (const auto& [name, v] : nonnegative) {

@@ -33,7 +33,8 @@ class Distribution {
 
   // Padding seconds of the window on `gears` (ascending): each size runs on
   // the smallest gear >= it; above the largest gear, a splittable dimension
-  // pays its remainder's padding, a non-splittable one runs eagerly (none).
+  // pays its remainder's padding and one seconds_per_run per extra chunk, a
+  // non-splittable one runs eagerly (none).
   double Padding(const std::vector<int64_t>& gears, bool splittable) const {
     double padding = 0;
     size_t from = 0;  // first size not yet assigned
@@ -46,9 +47,10 @@ class Distribution {
       const int64_t top = gears.back();
       for (size_t i = from; i < value_.size(); ++i) {
         const int64_t rest = value_[i] % top;
-        if (rest == 0) continue;
-        const int64_t g = *std::lower_bound(gears.begin(), gears.end(), rest);
-        padding += (weight_[i + 1] - weight_[i]) * (m_.Run(g) - m_.Run(rest));
+        const double extra_chunks = static_cast<double>(value_[i] / top - (rest == 0 ? 1 : 0));
+        double cost = extra_chunks * m_.seconds_per_run;
+        if (rest > 0) cost += m_.Run(*std::lower_bound(gears.begin(), gears.end(), rest)) - m_.Run(rest);
+        padding += (weight_[i + 1] - weight_[i]) * cost;
       }
     }
     return padding;
@@ -92,6 +94,241 @@ struct Move {
   std::string why_not;
 };
 
+// The horizon factor: window padding times this is padding over the payback
+// horizon (the window's decayed weights stand for only the part of it that
+// has traffic yet).
+double HorizonFactor(double observed_seconds, const AdaptiveOptions& adaptive, const ReplanOptions& o) {
+  const double lambda = std::log(2.0) / adaptive.half_life_seconds;
+  const double observed = std::max(observed_seconds, adaptive.window_seconds / adaptive.window_slots);
+  const double effective_seconds = (1.0 - std::exp(-lambda * observed)) / lambda;
+  return o.payback_seconds / effective_seconds;
+}
+
+// Joint and sparse gear sets: which cells of the next grid are compiled
+// combinations. Pure; fills out->next_combinations and the record's changes.
+//
+// Each cell with traffic in the window carries the decayed weight of the
+// variant shapes that fall in it. A cell runs on its cheapest covering
+// combination within the gear set's cover_ratio (sparse: 1, its own), else
+// uncompiled at the shapes' exact sizes, uncompiled_slowdown times slower;
+// a combination's gain is the run time it saves over the horizon on every
+// cell it serves better. Additions need gain >= min_gain_ratio x one
+// compile (twice that within readd_cooldown_seconds of being dropped), best
+// first, the gains re-evaluated as the set grows. A combination older than
+// min_gear_lifetime_seconds goes when no cell runs best on it, or when its
+// cells would lose less than holding it (gear_holding_seconds, at most one
+// compile, so the band between dropping and compiling stays open) running
+// elsewhere. Memory pressure: no additions, and the least useful goes.
+void DecideCombinations(const GearSet& current, const WindowStats& stats, const MemoryState& memory,
+                        const AdaptiveOptions& adaptive, const ReplanOptions& o, double now, UpdateDecision* out) {
+  const std::map<GearCombination, double> created(stats.combinations.begin(), stats.combinations.end());
+  const std::map<GearCombination, double> removed_at(stats.recently_removed_combinations.begin(),
+                                                     stats.recently_removed_combinations.end());
+  const std::vector<int64_t>& g0 = out->next_gears[0];
+  const std::vector<int64_t>& g1 = out->next_gears[1];
+  const GearCostModel& m = o.cost;
+  const std::string dims = Cat(current.dimension(0).name, ",", current.dimension(1).name);
+  double observed = 0;
+  for (const DimensionStats& ds : stats.dimensions) observed = std::max(observed, ds.observed_seconds);
+  const double horizon = HorizonFactor(observed, adaptive, o);
+  const double compile_cost = m.alpha * m.compile_seconds;
+  const double holding = std::min(o.gear_holding_seconds, compile_cost);
+  auto run = [&](int64_t a, int64_t b) { return m.Run(a * b); };
+  auto memory_cost = [&](int64_t a, int64_t b) { return m.gamma * m.GearBytes(a * b) / kGiB; };
+
+  // Traffic per cell of the next grid.
+  struct Cell {
+    size_t i, j;
+    double weight = 0;     // decayed variants
+    double uncompiled = 0; // sparse: their run time uncompiled at their exact sizes
+  };
+  std::map<std::pair<size_t, size_t>, Cell> cells;
+  for (const JointSize& s : stats.joint_sizes) {
+    auto i = static_cast<size_t>(std::lower_bound(g0.begin(), g0.end(), s.a) - g0.begin());
+    auto j = static_cast<size_t>(std::lower_bound(g1.begin(), g1.end(), s.b) - g1.begin());
+    // Above a splittable dimension's largest gear the shape splits into
+    // chunks of it; above another's it runs eagerly (no graph helps).
+    if (i == g0.size()) {
+      if (!current.dimension(0).splittable) continue;
+      i = g0.size() - 1;
+    }
+    if (j == g1.size()) {
+      if (!current.dimension(1).splittable) continue;
+      j = g1.size() - 1;
+    }
+    Cell& c = cells[{i, j}];
+    c.i = i;
+    c.j = j;
+    c.weight += s.weight;
+    c.uncompiled += s.weight * o.uncompiled_slowdown * run(std::min(s.a, g0[i]), std::min(s.b, g1[j]));
+  }
+  // The combinations that survive the grid change.
+  std::vector<GearCombination> set;
+  for (const GearCombination& k : current.combinations()) {
+    if (std::binary_search(g0.begin(), g0.end(), k[0]) && std::binary_search(g1.begin(), g1.end(), k[1])) {
+      set.push_back(k);
+    }
+  }
+  std::vector<Cell> traffic;
+  for (const auto& [key, c] : cells) traffic.push_back(c);
+  auto corner = [&](const Cell& c) { return GearCombination{g0[c.i], g1[c.j]}; };
+  // What `k` costs the traffic of `c` per window (negative: it cannot serve
+  // it: it does not cover the cell, or is more than cover_ratio larger).
+  const double ratio = current.cover_ratio();
+  auto serve = [&](const GearCombination& k, const Cell& c) {
+    const double volume = static_cast<double>(k[0]) * static_cast<double>(k[1]);
+    const double cell = static_cast<double>(g0[c.i]) * static_cast<double>(g1[c.j]);
+    if (k[0] < g0[c.i] || k[1] < g1[c.j] || volume > ratio * cell) return -1.0;
+    return c.weight * run(k[0], k[1]);
+  };
+  // Per cell: its cost on the best combination of `set` and on the second
+  // best (uncompiled when none serves it), and which is best.
+  std::vector<double> best_cost(traffic.size()), second_cost(traffic.size());
+  std::vector<int> best_index(traffic.size());
+  auto assign = [&]() {
+    for (size_t c = 0; c < traffic.size(); ++c) {
+      const double fallback = traffic[c].uncompiled;
+      best_cost[c] = second_cost[c] = fallback;
+      best_index[c] = -1;
+      for (size_t k = 0; k < set.size(); ++k) {
+        const double v = serve(set[k], traffic[c]);
+        if (v < 0) continue;
+        if (v < best_cost[c]) {
+          second_cost[c] = best_cost[c];
+          best_cost[c] = v;
+          best_index[c] = static_cast<int>(k);
+        } else if (v < second_cost[c]) {
+          second_cost[c] = v;
+        }
+      }
+    }
+  };
+  const double scale = m.beta * horizon;  // window seconds -> seconds over the horizon
+
+  // Drop what keeps too little: a combination whose traffic would lose less
+  // than holding one graph if it ran elsewhere. Those that are no cell's
+  // best lose nothing and go together; others one at a time, least first.
+  int dropped = 0;
+  while (true) {
+    assign();
+    std::vector<double> loss(set.size(), 0.0);
+    for (size_t c = 0; c < traffic.size(); ++c) {
+      if (best_index[c] >= 0) loss[static_cast<size_t>(best_index[c])] += scale * (second_cost[c] - best_cost[c]);
+    }
+    for (size_t k = 0; k < set.size(); ++k) loss[k] -= memory_cost(set[k][0], set[k][1]);
+    std::vector<size_t> idle;
+    size_t least = set.size();
+    for (size_t k = 0; k < set.size(); ++k) {
+      // A combination compiled within min_gear_lifetime_seconds stays, idle
+      // or not (unless memory is high): the traffic of a cell comes and
+      // goes within minutes, and recompiling it is the churn to avoid.
+      auto c = created.find(set[k]);
+      if (!memory.high && c != created.end() && now - c->second < o.min_gear_lifetime_seconds) continue;
+      if (loss[k] <= 0) {
+        idle.push_back(k);
+        continue;
+      }
+      if (least == set.size() || loss[k] < loss[least]) least = k;
+    }
+    std::vector<size_t> go = idle;
+    if (go.empty() && least < set.size() &&
+        (loss[least] < holding || (memory.high && dropped == 0))) {
+      go.push_back(least);
+    }
+    if (go.empty()) break;
+    for (auto it = go.rbegin(); it != go.rend(); ++it) {
+      const GearCombination k = set[*it];
+      out->record.changes.push_back(
+          {dims, "drop", 0, 0, -loss[*it], 0.0, -loss[*it],
+           loss[*it] <= 0 ? "no traffic of the window runs best on it"
+           : memory.high && loss[*it] >= holding ? "memory is high"
+                                                                : "its traffic loses less than holding one graph elsewhere",
+           k});
+      set.erase(set.begin() + static_cast<std::ptrdiff_t>(*it));
+      ++dropped;
+    }
+  }
+  // Compile what pays, best net gain first. Gains only shrink as the set
+  // grows (each cell keeps its best), so a stale gain is an upper bound:
+  // pop, re-evaluate, take it if it still leads.
+  if (!memory.high) {
+    assign();
+    // The gain of compiling k, and the decayed variants it would serve better.
+    auto gain_of = [&](const GearCombination& k, double* served = nullptr) {
+      double gain = 0, weight = 0;
+      for (size_t c = 0; c < traffic.size(); ++c) {
+        const double v = serve(k, traffic[c]);
+        if (v >= 0 && v < best_cost[c]) {
+          gain += best_cost[c] - v;
+          weight += traffic[c].weight;
+        }
+      }
+      if (served != nullptr) *served = weight;
+      return scale * gain - memory_cost(k[0], k[1]);
+    };
+    // What a compile is judged on: the gain less one standard error of its
+    // estimate (a count of n variants is uncertain by sqrt(n), so the gain
+    // is shrunk by 1/sqrt(n)); none below min_window_weight variants. On a
+    // fine grid most cells see few variants, and without this their noise
+    // alone would keep pushing one more over the threshold. A combination
+    // dropped within readd_cooldown_seconds comes back only at twice the gain.
+    auto queued_gain = [&](const GearCombination& k) {
+      double served = 0;
+      const double g = gain_of(k, &served);
+      if (served < o.min_window_weight) return 0.0;
+      const double confident = g * (1.0 - 1.0 / std::sqrt(served));
+      auto r = removed_at.find(k);
+      return r != removed_at.end() && now - r->second < o.readd_cooldown_seconds ? confident / 2 : confident;
+    };
+    std::vector<std::pair<double, GearCombination>> queue;
+    for (const Cell& c : traffic) {
+      const GearCombination k = corner(c);
+      if (!std::binary_search(set.begin(), set.end(), k)) queue.push_back({queued_gain(k), k});
+    }
+    std::make_heap(queue.begin(), queue.end());
+    const double threshold = o.min_gain_ratio * compile_cost;
+    int taken = 0;
+    std::optional<ChangeRecord> declined;
+    while (!queue.empty()) {
+      std::pop_heap(queue.begin(), queue.end());
+      const GearCombination k = queue.back().second;
+      queue.pop_back();
+      const double gain = queued_gain(k);
+      if (!queue.empty() && gain < queue.front().first) {
+        queue.push_back({gain, k});
+        std::push_heap(queue.begin(), queue.end());
+        continue;
+      }
+      if (gain < threshold) {
+        double served = 0;
+        const double raw_gain = gain_of(k, &served);
+        declined = ChangeRecord{dims, "compile", 0, 0, raw_gain, compile_cost, raw_gain - compile_cost,
+                                served < o.min_window_weight
+                                    ? Cat("too little traffic for it in the window (", served, " < min_window_weight)")
+                                    : Cat("outside the hysteresis band (gain must reach ", threshold, " s)"),
+                                k};
+        break;
+      }
+      if (static_cast<int>(set.size()) >= o.max_combinations) {
+        declined = ChangeRecord{dims, "compile", 0, 0, gain, compile_cost, gain - compile_cost,
+                                "the gear set is at replan.max_combinations", k};
+        break;
+      }
+      set.insert(std::lower_bound(set.begin(), set.end(), k), k);
+      ++taken;
+      out->record.changes.push_back(
+          {dims, "compile", 0, 0, gain, compile_cost, gain - compile_cost, "gain clears the hysteresis", k});
+      for (size_t c = 0; c < traffic.size(); ++c) {
+        const double v = serve(k, traffic[c]);
+        if (v >= 0 && v < best_cost[c]) best_cost[c] = v;
+      }
+    }
+    if (declined) out->record.declined.push_back(*declined);
+  }
+  // Sparse sets may compile nothing; the grid's gears stay all the same.
+  out->next_combinations = std::move(set);
+}
+
 }  // namespace
 
 absl::Status ValidateReplanOptions(const ReplanOptions& o) {
@@ -111,6 +348,12 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
       {"replan.min_gear_lifetime_seconds", o.min_gear_lifetime_seconds},
       {"replan.readd_cooldown_seconds", o.readd_cooldown_seconds},
       {"replan.min_window_weight", o.min_window_weight}};
+  if (!(std::isfinite(o.uncompiled_slowdown) && o.uncompiled_slowdown >= 1)) {
+    return internal::InvalidFieldValue("replan.uncompiled_slowdown", o.uncompiled_slowdown, "a ratio >= 1");
+  }
+  if (o.max_combinations < 1 || o.max_combinations > 4096) {
+    return internal::InvalidFieldValue("replan.max_combinations", o.max_combinations, "an integer in [1, 4096]");
+  }
   if (!(std::isfinite(o.warmup_check_seconds) && o.warmup_check_seconds > 0)) {
     return internal::InvalidFieldValue("replan.warmup_check_seconds", o.warmup_check_seconds,
                                        "a finite number of seconds > 0");
@@ -148,7 +391,6 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
   const int num_dims = gears.num_dimensions();
   rec.targets.assign(num_dims, {});
   out.protect.clear();
-  const double lambda = std::log(2.0) / adaptive.half_life_seconds;
   // With several dimensions a graph is compiled per gear combination, so a
   // gear of one dimension costs one compile (and one held graph) per gear of
   // the others that the window's traffic uses.
@@ -181,7 +423,9 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
   for (int d = 0; d < num_dims; ++d) {
     const DimensionSpec& spec = gears.dimension(d);
     const DimensionStats* ds = stats_of(d);
-    double combinations = 1;  // graphs per gear of this dimension
+    // Graphs per gear of this dimension (at most; a joint or sparse set
+    // compiles a subset of the grid's cells, chosen after the grid).
+    double combinations = 1;
     GearCostModel m = o.cost;  // this dimension's view of the cost model
     for (int e = 0; e < num_dims; ++e) {
       if (e == d) continue;
@@ -189,7 +433,9 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
       m.seconds_per_unit *= mean_gear_power[e];
     }
     const double compile_cost = m.alpha * m.compile_seconds * combinations;
-    const double holding_cost = o.gear_holding_seconds * combinations;
+    // Removing must stay below adding (the hysteresis band): a removal may
+    // lose at most holding one graph, and never a compile's worth.
+    const double holding_cost = std::min(o.gear_holding_seconds, m.alpha * m.compile_seconds) * combinations;
     std::vector<int64_t> current(gears.gears(d).begin(), gears.gears(d).end());
     out.next_gears[d] = current;
     if (ds == nullptr) continue;
@@ -203,9 +449,7 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
     // The window's decayed weights stand for this many seconds of traffic
     // (only the part of the window that has traffic yet); window padding
     // times `horizon` is padding over the payback horizon.
-    const double observed = std::max(ds->observed_seconds, adaptive.window_seconds / adaptive.window_slots);
-    const double effective_seconds = (1.0 - std::exp(-lambda * observed)) / lambda;
-    const double horizon = o.payback_seconds / effective_seconds;
+    const double horizon = HorizonFactor(ds->observed_seconds, adaptive, o);
     const int64_t max_gear = current.back();
     const bool keep_max = !spec.splittable;  // requests above it would fail
     const int64_t plan_top = keep_max ? std::min(dist.max_size(), max_gear) : dist.max_size();
@@ -467,6 +711,10 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
   out.changed = false;
   for (int d = 0; d < num_dims; ++d) {
     if (!out.removed[d].empty() || !out.added[d].empty()) out.changed = true;
+  }
+  if (gears.scheme() != GearScheme::kIndependent) {
+    DecideCombinations(gears, stats, memory, adaptive, o, now, &out);
+    if (out.next_combinations != gears.combinations()) out.changed = true;
   }
   rec.removed = out.removed;
   rec.added = out.added;

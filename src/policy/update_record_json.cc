@@ -107,7 +107,11 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
         ordered_json e;
         e["dim"] = c.dimension;
         e["action"] = c.action;
-        e["gear"] = c.gear;
+        if (c.action == "compile" || c.action == "drop") {
+          e["combination"] = c.combination;
+        } else {
+          e["gear"] = c.gear;
+        }
         if (c.action == "replace") e["replaced"] = c.replaced;
         e["gain_s"] = Round6(c.gain_seconds);
         e["compile_s"] = Round6(c.compile_seconds);
@@ -119,6 +123,12 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
     };
     j["changes"] = changes(r.changes);
     j["declined"] = changes(r.declined);
+  }
+  if (r.scheme != GearScheme::kIndependent) {
+    j["scheme"] = GearSchemeName(r.scheme);
+    j["combinations"] = r.combinations_after;
+    j["combinations_added"] = r.combinations_added;
+    j["combinations_removed"] = r.combinations_removed;
   }
   return j.dump();
 }

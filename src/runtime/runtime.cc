@@ -1,6 +1,8 @@
 #include "gearbox/runtime.h"
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <cmath>
 #include <exception>
 
@@ -12,6 +14,22 @@
 #include "src/stats/window_store.h"
 
 namespace gearbox {
+namespace {
+
+// The record's view of the compiled combinations before and after.
+void RecordCombinations(const GearSet& before, const GearSet& after, UpdateRecord* record) {
+  record->scheme = after.scheme();
+  if (after.scheme() == GearScheme::kIndependent) return;
+  const std::vector<GearCombination>& b = before.combinations();
+  const std::vector<GearCombination>& a = after.combinations();
+  record->combinations_after = a;
+  record->combinations_added.clear();
+  record->combinations_removed.clear();
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(record->combinations_added));
+  std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(record->combinations_removed));
+}
+
+}  // namespace
 namespace {
 
 // Full buffers allowed to wait for the worker before a recording thread
@@ -82,7 +100,18 @@ absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> AdaptiveGearRuntime::Create
                                        "an integer in [1, 1048576]");
   }
   Clock* clock = options.clock != nullptr ? options.clock : SystemClock::Default();
-  auto initial = GearSet::Create(std::move(dimensions), 1, clock->NowSeconds());
+  CombinationSpec combinations{options.scheme, options.combinations, options.cover_ratio};
+  if (options.scheme != GearScheme::kIndependent) {
+    if (options.policy != UpdatePolicy::kReplan) {
+      return internal::InvalidField("scheme", internal::Cat("\"", GearSchemeName(options.scheme), "\""),
+                                    "joint and sparse gear sets need the replan policy (the adaptive policy "
+                                    "plans each dimension alone)");
+    }
+    if (combinations.combinations.empty() && dimensions.size() == kJointDimensions) {
+      combinations.combinations = EveryCombination(dimensions[0].gears, dimensions[1].gears);
+    }
+  }
+  auto initial = GearSet::Create(std::move(dimensions), 1, clock->NowSeconds(), std::move(combinations));
   if (!initial.ok()) return initial.status();
   for (int d = 0; d < initial->num_dimensions(); ++d) {
     if (static_cast<int>(initial->gears(d).size()) > options.adaptive.max_gears_per_type) {
@@ -293,8 +322,10 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     record.version_before = current->version();
     record.version_after = current->version();
     std::optional<GearSet> next;
+    const bool joint = current->scheme() != GearScheme::kIndependent;
     if (decision.changed) {
-      auto built = current->WithGears(decision.next_gears, current->version() + 1, now);
+      auto built = current->WithGears(decision.next_gears, current->version() + 1, now,
+                                      joint ? &decision.next_combinations : nullptr);
       if (!built.ok()) return built.status();  // nothing applied
       next = *std::move(built);
       record.version_after = next->version();
@@ -302,10 +333,13 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     {
       MutexLock lock(&impl_->stats_mu);
       if (next.has_value()) {
-        released = impl_->window.ApplyCommit(decision.removed, decision.added, now);
+        released = impl_->window.ApplyCommit(decision.removed, decision.added, now,
+                                             joint ? &next->combinations() : nullptr);
       }
       for (const auto& [d, gear] : decision.protect) impl_->window.ExtendProtection(d, gear, now);
     }
+    RecordCombinations(*current, next.has_value() ? *next : *current, &record);
+    if (!record.combinations_added.empty() || !record.combinations_removed.empty()) record.changed = true;
     if (next.has_value()) impl_->snapshots.Publish(*std::move(next));
     record.cleanup_keys = released.size();
     impl_->sequence = record.sequence;
@@ -363,6 +397,8 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::CommitUpdate(
       if (!record.removed[d].empty() || !record.added[d].empty()) record.changed = true;
       record.gears_after.emplace_back(next->gears(d).begin(), next->gears(d).end());
     }
+    RecordCombinations(*current, *next, &record);
+    if (!record.combinations_added.empty() || !record.combinations_removed.empty()) record.changed = true;
     if (!record.changed) {
       record.version_after = current->version();
     } else {
@@ -370,7 +406,9 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::CommitUpdate(
       {
         MutexLock lock(&impl_->stats_mu);
         impl_->FoldAllLocked();
-        released = impl_->window.ApplyCommit(record.removed, record.added, now);
+        released = impl_->window.ApplyCommit(record.removed, record.added, now,
+                                             next->scheme() != GearScheme::kIndependent ? &next->combinations()
+                                                                                        : nullptr);
       }
       impl_->snapshots.Publish(*std::move(next));
     }

@@ -61,6 +61,9 @@ RuntimeConfig ScaleConfigGears(const RuntimeConfig& config, double factor) {
     for (int64_t& g : d.gears) g = ScaleDown(g, factor);
     d.gears.erase(std::unique(d.gears.begin(), d.gears.end()), d.gears.end());
   }
+  for (GearCombination& c : out.combinations) {
+    for (int64_t& g : c) g = ScaleDown(g, factor);
+  }
   return out;
 }
 
@@ -92,8 +95,13 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   PoolBudgetMemoryProbe budget(&pool, options.memory_budget_bytes);
   RuntimeOptions ro;
   ro.adaptive = config.adaptive;
-  ro.policy = options.policy == ReplayPolicy::kReplan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
+  // The static policy never updates; kReplan lets it hold any gear scheme.
+  ro.policy = options.policy == ReplayPolicy::kAdaptive ? UpdatePolicy::kAdaptive : UpdatePolicy::kReplan;
   ro.replan = config.replan;
+  ro.scheme = options.scheme.value_or(config.scheme);
+  if (ro.scheme == config.scheme) ro.combinations = config.combinations;
+  ro.cover_ratio = config.cover_ratio;
+  if (options.scheme.has_value()) result.policy += Cat("/", GearSchemeName(*options.scheme));
   ro.clock = &clock;
   ro.pool = &pool;
   ro.start_worker = false;

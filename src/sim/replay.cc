@@ -197,8 +197,14 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
 
   RuntimeOptions ro;
   ro.adaptive = config.adaptive;
-  ro.policy = options.policy == ReplayPolicy::kReplan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
+  // The static policy never updates; kReplan lets it hold any gear scheme.
+  ro.policy = options.policy == ReplayPolicy::kAdaptive ? UpdatePolicy::kAdaptive : UpdatePolicy::kReplan;
   ro.replan = config.replan;
+  ro.scheme = options.scheme.value_or(config.scheme);
+  if (ro.scheme == config.scheme) ro.combinations = config.combinations;
+  ro.cover_ratio = config.cover_ratio;
+  result.scheme = ro.scheme;
+  if (options.scheme.has_value()) result.policy += Cat("/", GearSchemeName(*options.scheme));
   ro.clock = &clock;
   ro.pool = &pool;
   ro.start_worker = false;
@@ -279,13 +285,13 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     }
     ++result.served_requests;
     if (plan.any_split()) ++result.split_requests;
-    if (plan.any_eager()) ++result.eager_requests;
+    if (plan.any_uncompiled()) ++result.eager_requests;
     result.variants += static_cast<uint64_t>(plan.num_variants());
     // Compile each gear combination the plan runs that is not alive.
     for (int g = 0, groups = plan.num_variant_groups(); g < groups; ++g) {
-      if (plan.any_eager()) break;  // eager variants run uncompiled
       const VariantGroup vg = plan.variant_group(g);
-      for (int d = 0; d < n; ++d) combo.gear[d] = plan.dimension(d).groups[vg.group[d]].gear;
+      if (vg.eager) continue;  // runs uncompiled
+      for (int d = 0; d < n; ++d) combo.gear[d] = vg.gear[d];
       if (graphs.alive.count(combo)) continue;
       graph_count.Advance(t, static_cast<double>(graphs.alive.size()));
       const double bytes = model ? model->GraphBytes({combo.gear, static_cast<size_t>(n)}) : 0.0;
@@ -299,11 +305,16 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     runtime.RecordPlan(plan, t);
     for (int d = 0; d < n; ++d) {
       // Each chunk of this dimension runs once per combination of the others'
-      // chunks; per dimension alone, count each chunk once.
+      // chunks; per dimension alone, count each chunk once, at the gear its
+      // variants ran on (their mean, when a joint set's combinations differ).
       const DimensionPlan& dp = plan.dimension(d);
-      for (int g = 0; g < dp.num_groups; ++g) {
-        result.dimension_padded[d] += static_cast<double>(dp.groups[g].count * dp.groups[g].gear);
+      double gear_sum = 0;
+      for (int g = 0, groups = plan.num_variant_groups(); g < groups; ++g) {
+        const VariantGroup vg = plan.variant_group(g);
+        gear_sum += static_cast<double>(vg.count) * static_cast<double>(vg.gear[d]);
       }
+      result.dimension_padded[d] +=
+          static_cast<double>(dp.num_chunks()) * gear_sum / static_cast<double>(plan.num_variants());
       result.dimension_raw[d] += static_cast<double>(dp.raw);
     }
     const double padded = plan.padded_volume();
@@ -346,6 +357,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
 std::string ReplayResultJson(const ReplayResult& r, int indent) {
   nlohmann::ordered_json j;
   j["policy"] = r.policy;
+  j["scheme"] = GearSchemeName(r.scheme);
   j["requests"] = r.requests;
   j["served_requests"] = r.served_requests;
   j["rejected_requests"] = r.rejected_requests;

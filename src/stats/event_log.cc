@@ -68,8 +68,8 @@ size_t EventLog::AppendPlan(const Plan& plan, double time) noexcept {
   SpinLockHolder lock(&shard.mu);
   const int groups = plan.num_variant_groups();
   for (int i = 0; i < groups; ++i) {
-    VariantGroup vg;  // groups == 1, the common case: all group indexes 0
-    if (groups == 1) {
+    VariantGroup vg;  // one group of an independent set, the common case: all group indexes 0
+    if (groups == 1 && plan.scheme() == GearScheme::kIndependent) {
       vg.count = plan.num_variants();
     } else {
       vg = plan.variant_group(i);
@@ -82,7 +82,7 @@ size_t EventLog::AppendPlan(const Plan& plan, double time) noexcept {
     for (int d = 0; d < num_dimensions_; ++d) {
       const DimensionPlan& dp = plan.dimension(d);
       e[2 + 2 * d] = dp.event_raw(vg.group[d]);
-      e[3 + 2 * d] = dp.event_gear(vg.group[d]);
+      e[3 + 2 * d] = plan.event_gear(vg, d);
     }
     if (shard.active->full()) {
       waiting = HandOff(shard.active);

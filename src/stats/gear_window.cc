@@ -115,8 +115,10 @@ void GearWindow::AddWeightedSizes(double now, const WindowGeometry& geometry,
     // Every sample of the slot gets the slot's mean weight.
     const double per_sample = slot.weight * std::exp(-geometry.lambda * (now - start)) /
                               static_cast<double>(slot.samples);
-    slot.raw.ForEachBin([&](int64_t value, uint64_t count) {
-      (*weights)[value] += per_sample * static_cast<double>(count);
+    // At the bin's largest value (a gear there covers the bin), but samples
+    // this gear served padded are at most the gear.
+    slot.raw.ForEachBinRange([&](int64_t low, int64_t high, uint64_t count) {
+      (*weights)[low <= gear_ ? std::min(high, gear_) : high] += per_sample * static_cast<double>(count);
     });
   }
 }

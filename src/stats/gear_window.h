@@ -59,7 +59,8 @@ class GearWindow {
   // Statistics at `now` (hit_rate is left for the dimension to fill).
   GearStats Summarize(double now, const WindowGeometry& geometry) const;
   // Adds this gear's raw sizes with their decay weights at `now` to
-  // `weights` (indexed by size).
+  // `weights` (indexed by size: each bin's largest value, at most the gear
+  // for the samples it served padded).
   void AddWeightedSizes(double now, const WindowGeometry& geometry,
                         std::map<int64_t, double>* weights) const;
   // Start of the oldest slot in the window at `now` that holds a sample

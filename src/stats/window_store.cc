@@ -37,8 +37,13 @@ WindowStore::WindowStore(const GearSet& initial, const AdaptiveOptions& options,
                                      options.half_life_seconds)),
       dimensions_(initial.num_dimensions()),
       removed_(initial.num_dimensions()) {
+  if (initial.scheme() != GearScheme::kIndependent) {
+    joint_ = std::make_unique<JointWindow>(geometry_);
+    for (const GearCombination& c : initial.combinations()) combinations_[c].created = now;
+  }
   for (int d = 0; d < initial.num_dimensions(); ++d) {
     names_.push_back(initial.dimension(d).name);
+    splittable_.push_back(initial.dimension(d).splittable);
     for (int64_t gear : initial.gears(d)) {
       dimensions_[d].Insert(gear, std::make_unique<GearState>(gear, now, /*from_start=*/true, geometry_));
     }
@@ -83,6 +88,15 @@ void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, cons
       late = true;
     }
   }
+  if (folded && joint_ != nullptr) {
+    // The variant's shape: a split's full chunk (raw above a splittable
+    // gear) ran at the gear; anything else at its raw size.
+    int64_t extent[kJointDimensions];
+    for (int d = 0; d < kJointDimensions; ++d) {
+      extent[d] = raw[d] > gear[d] && splittable_[static_cast<size_t>(d)] ? gear[d] : raw[d];
+    }
+    joint_->AddToSlot(slot, weight, extent[0], extent[1]);
+  }
   // An event is accounted once: folded if any dimension took it.
   if (folded) {
     ++counters_.events;
@@ -96,6 +110,11 @@ void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, cons
 
 bool WindowStore::AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys) {
   bool all_active = true;
+  if (joint_ != nullptr) {
+    auto it = gears.size() == kJointDimensions ? combinations_.find({gears[0], gears[1]}) : combinations_.end();
+    if (it == combinations_.end()) return false;  // attached nowhere yet: nothing to forget
+    it->second.keys.insert(keys.begin(), keys.end());
+  }
   for (size_t d = 0; d < dimensions_.size() && d < gears.size(); ++d) {
     GearState* state = dimensions_[d].Find(gears[d]);
     if (state == nullptr) {
@@ -104,15 +123,20 @@ bool WindowStore::AttachKeys(std::span<const int64_t> gears, std::span<const Gra
     }
     state->cleanup_keys.insert(keys.begin(), keys.end());
   }
-  if (!all_active) {
-    // Forget them everywhere: the caller releases them now.
-    for (auto& dim : dimensions_) {
-      for (auto& state : dim.states) {
-        for (GraphKey k : keys) state->cleanup_keys.erase(k);
-      }
+  if (!all_active) ForgetKeys({keys.begin(), keys.end()});  // the caller releases them now
+  return all_active;
+}
+
+void WindowStore::ForgetKeys(const std::unordered_set<GraphKey>& keys) {
+  if (keys.empty()) return;
+  for (auto& dim : dimensions_) {
+    for (auto& state : dim.states) {
+      for (GraphKey k : keys) state->cleanup_keys.erase(k);
     }
   }
-  return all_active;
+  for (auto& [combination, state] : combinations_) {
+    for (GraphKey k : keys) state.keys.erase(k);
+  }
 }
 
 WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with_sizes) const {
@@ -146,13 +170,50 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with
     }
     FinalizeDimensionStats(&ds);
   }
+  if (joint_ != nullptr) {
+    if (with_sizes) stats.joint_sizes = joint_->Summarize(now, geometry_);
+    for (const auto& [c, state] : combinations_) stats.combinations.emplace_back(c, state.created);
+    for (const auto& [c, when] : removed_combinations_) stats.recently_removed_combinations.emplace_back(c, when);
+  }
   return stats;
 }
 
 std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int64_t>>& removed,
-                                               const std::vector<std::vector<int64_t>>& added,
-                                               double now) {
+                                               const std::vector<std::vector<int64_t>>& added, double now,
+                                               const std::vector<GearCombination>* combinations) {
   std::unordered_set<GraphKey> keys;
+  if (joint_ != nullptr) {
+    // Combinations that go: replaced by the new list, or on an evicted gear.
+    auto evicted = [&](const GearCombination& c) {
+      for (size_t d = 0; d < kJointDimensions && d < removed.size(); ++d) {
+        if (std::find(removed[d].begin(), removed[d].end(), c[d]) != removed[d].end()) return true;
+      }
+      return false;
+    };
+    for (auto it = combinations_.begin(); it != combinations_.end();) {
+      const bool kept = combinations != nullptr
+                            ? std::binary_search(combinations->begin(), combinations->end(), it->first)
+                            : !evicted(it->first);
+      if (kept) {
+        ++it;
+        continue;
+      }
+      keys.insert(it->second.keys.begin(), it->second.keys.end());
+      removed_combinations_[it->first] = now;
+      it = combinations_.erase(it);
+    }
+    if (combinations != nullptr) {
+      for (const GearCombination& c : *combinations) {
+        if (combinations_.count(c) == 0) {
+          combinations_[c].created = now;
+          removed_combinations_.erase(c);
+        }
+      }
+    }
+    for (auto it = removed_combinations_.begin(); it != removed_combinations_.end();) {
+      it = now - it->second > 3600.0 ? removed_combinations_.erase(it) : std::next(it);
+    }
+  }
   for (size_t d = 0; d < dimensions_.size(); ++d) {
     if (d < removed.size()) {
       for (int64_t gear : removed[d]) {
@@ -174,13 +235,7 @@ std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int
       }
     }
   }
-  if (!keys.empty()) {
-    for (auto& dim : dimensions_) {
-      for (auto& state : dim.states) {
-        for (GraphKey k : keys) state->cleanup_keys.erase(k);
-      }
-    }
-  }
+  ForgetKeys(keys);
   std::vector<GraphKey> out(keys.begin(), keys.end());
   std::sort(out.begin(), out.end());
   return out;
@@ -197,6 +252,7 @@ size_t WindowStore::MemoryBytes() const {
       bytes += state->window.MemoryBytes() + state->cleanup_keys.size() * sizeof(GraphKey);
     }
   }
+  if (joint_ != nullptr) bytes += joint_->MemoryBytes();
   return bytes;
 }
 

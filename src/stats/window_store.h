@@ -19,6 +19,7 @@
 #include "gearbox/stats.h"
 #include "src/stats/event_log.h"
 #include "src/stats/gear_window.h"
+#include "src/stats/joint_window.h"
 
 namespace gearbox::internal {
 
@@ -39,19 +40,23 @@ class WindowStore {
   // Folds one event: per dimension, `raw` served by `gear`.
   void FoldEvent(double time, int64_t count, const int64_t* raw, const int64_t* gear);
 
-  // Attaches keys to the gear of each dimension. Returns false when one of
-  // those gears is no longer active: its keys must then be released at once
-  // (the variant can never run again on the current gears).
+  // Attaches keys to the gear of each dimension (and, for a joint or sparse
+  // gear set, to the combination). Returns false when one of those gears, or
+  // the combination, is no longer active: its keys must then be released at
+  // once (the variant can never run again on the current gears).
   bool AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys);
 
   // `with_sizes`: also fill each dimension's weighted size distribution.
   WindowStats Summarize(double now, const GearSet& current, bool with_sizes = false) const;
 
   // Applies a committed update: windows for added gears (created at `now`),
-  // removal of evicted gears. Returns the cleanup keys of the evicted gears
-  // (and forgets them everywhere else).
+  // removal of evicted gears, and for a joint or sparse gear set the new
+  // combinations (null: unchanged but for those of evicted gears). Returns
+  // the cleanup keys of the evicted gears and combinations (and forgets them
+  // everywhere else).
   std::vector<GraphKey> ApplyCommit(const std::vector<std::vector<int64_t>>& removed,
-                                    const std::vector<std::vector<int64_t>>& added, double now);
+                                    const std::vector<std::vector<int64_t>>& added, double now,
+                                    const std::vector<GearCombination>* combinations = nullptr);
   void ExtendProtection(int dimension, int64_t gear, double now);
 
   const FoldCounters& counters() const { return counters_; }
@@ -76,8 +81,21 @@ class WindowStore {
     std::unique_ptr<GearState> Erase(int64_t gear);
   };
 
+  // Forgets `keys` in every gear and combination.
+  void ForgetKeys(const std::unordered_set<GraphKey>& keys);
+
   WindowGeometry geometry_;
   std::vector<DimensionStates> dimensions_;
+  std::vector<bool> splittable_;
+  // Joint and sparse gear sets: the shapes window, the active combinations
+  // and their cleanup keys (also attached to their gears).
+  std::unique_ptr<JointWindow> joint_;
+  struct CombinationState {
+    double created = 0.0;
+    std::unordered_set<GraphKey> keys;
+  };
+  std::map<GearCombination, CombinationState> combinations_;
+  std::map<GearCombination, double> removed_combinations_;  // pruned after an hour
   // Per dimension: evicted gears and when, pruned after an hour.
   std::vector<std::map<int64_t, double>> removed_;
   std::vector<std::string> names_;

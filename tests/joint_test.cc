@@ -1,0 +1,245 @@
+// Joint and sparse gear sets end to end: the variant-shape window, the
+// replan policy's choice of combinations, and the graphs of dropped
+// combinations (seeds/001 §17.5.3).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+
+#include "gearbox/runtime.h"
+#include "src/stats/joint_window.h"
+
+namespace gearbox {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(JointWindow, BinsAreExactBelow64ThenSixteenPerOctave) {
+  using internal::JointWindow;
+  EXPECT_EQ(JointWindow::FineBin(1), 1u);
+  EXPECT_EQ(JointWindow::FineBin(63), 63u);
+  EXPECT_EQ(JointWindow::FineBin(64), 64u);
+  EXPECT_EQ(JointWindow::FineBin(67), 64u);  // 64..67: one bin (width 4)
+  EXPECT_EQ(JointWindow::FineBin(68), 65u);
+  EXPECT_EQ(JointWindow::FineBin(128), 80u);
+  EXPECT_EQ(JointWindow::FineBin(16383), 64u + 7 * 16 + 15);
+  EXPECT_EQ(JointWindow::CoarseBin(1000), 9u);
+}
+
+TEST(JointWindow, WeightsDecayAndMemoryStaysBounded) {
+  const auto geometry = internal::WindowGeometry::Make(300, 30, 150);
+  internal::JointWindow window(geometry);
+  // Two shapes at t = 5 (one slot), weighted as the runtime folds them.
+  const int64_t slot = geometry.SlotIndex(5);
+  ASSERT_TRUE(window.AddToSlot(slot, geometry.SlotWeight(5, slot) * 3, 8, 1000));
+  ASSERT_TRUE(window.AddToSlot(slot, geometry.SlotWeight(5, slot) * 1, 8, 1010));  // same bin: max 1010
+  std::vector<JointSize> sizes = window.Summarize(155, geometry);
+  ASSERT_EQ(sizes.size(), 1u);
+  EXPECT_EQ(sizes[0].a, 8);
+  EXPECT_EQ(sizes[0].b, 1010);  // the bin's largest: a combination there covers both
+  EXPECT_NEAR(sizes[0].weight, 4 * 0.5, 1e-9);  // one half-life later
+
+  // A million distinct shapes in one slot: at most 2,048 fine bins plus the
+  // power-of-two bins (64 x 64 at most) are kept, and no weight is lost.
+  internal::JointWindow flood(geometry);
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 1000000; ++i) {
+    ASSERT_TRUE(flood.AddToSlot(slot, 1.0, 1 + static_cast<int64_t>(rng() % 100000),
+                                1 + static_cast<int64_t>(rng() % 100000)));
+  }
+  sizes = flood.Summarize(5, geometry);
+  EXPECT_LE(sizes.size(), internal::JointWindow::kFineBinsPerSlot + 64 * 64);
+  double total = 0;
+  for (const JointSize& s : sizes) total += s.weight;
+  EXPECT_NEAR(total, 1e6 * std::exp(-geometry.lambda * (5 - geometry.SlotStart(slot))), 1e-3);
+  EXPECT_LT(flood.MemoryBytes(), size_t{31} * 6144 * 96);
+  // An event older than the window is refused.
+  EXPECT_FALSE(flood.AddToSlot(slot - 40, 1.0, 1, 1));
+}
+
+struct Graph : GraphResource {
+  explicit Graph(std::atomic<int>* counter) : live(counter) { live->fetch_add(1); }
+  ~Graph() override { live->fetch_sub(1); }
+  int64_t bytes() const override { return 1000; }
+  std::atomic<int>* live;
+};
+
+struct JointFixture {
+  ManualClock clock{0.0};
+  FixedMemoryProbe probe{0.5};
+  GraphResourcePool pool;
+  std::unique_ptr<AdaptiveGearRuntime> runtime;
+
+  JointFixture(GearScheme scheme, std::vector<GearCombination> combinations, ReplanOptions replan = {}) {
+    RuntimeOptions o;
+    o.policy = UpdatePolicy::kReplan;
+    o.replan = replan;
+    o.scheme = scheme;
+    o.combinations = std::move(combinations);
+    o.clock = &clock;
+    o.memory_probe = &probe;
+    o.pool = &pool;
+    o.start_worker = false;
+    auto r = AdaptiveGearRuntime::Create(
+        {{"BATCHSIZE", {4, 16}, true, false}, {"SEQLEN", {512, 2048}, false, false}}, std::move(o));
+    EXPECT_TRUE(r.ok()) << r.status();
+    runtime = *std::move(r);
+  }
+  void Request(int64_t batch, int64_t seq, double t) {
+    const int64_t raw[] = {batch, seq};
+    Plan plan;
+    ASSERT_TRUE(MakePlan(*runtime->GetSnapshot(), raw, &plan).ok());
+    runtime->RecordPlan(plan, t);
+  }
+};
+
+TEST(Joint, NeedsTheReplanPolicyAndTwoDimensions) {
+  RuntimeOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
+  o.scheme = GearScheme::kJoint;
+  o.start_worker = false;
+  EXPECT_THAT(AdaptiveGearRuntime::Create({{"A", {1}}, {"B", {1}}}, o).status().message(),
+              HasSubstr("scheme: \"joint\""));
+  o.policy = UpdatePolicy::kReplan;
+  EXPECT_THAT(AdaptiveGearRuntime::Create({{"A", {1}}}, o).status().message(), HasSubstr("exactly 2 dimensions"));
+  auto two = AdaptiveGearRuntime::Create({{"A", {1, 2}}, {"B", {3}}}, o);
+  ASSERT_TRUE(two.ok());
+  // No combinations given: every cell of the initial gears.
+  EXPECT_EQ((*two)->GetSnapshot()->combinations().size(), 2u);
+}
+
+TEST(Joint, DroppingACombinationReleasesItsGraphWhileItsGearsStay) {
+  ReplanOptions replan;
+  replan.min_gear_lifetime_seconds = 0;
+  std::atomic<int> live{0};  // outlives the pool
+  JointFixture f(GearScheme::kSparse, {{4, 512}, {16, 512}, {16, 2048}}, replan);
+  std::map<GearCombination, GraphKey> key_of;
+  for (const GearCombination& c : f.runtime->GetSnapshot()->combinations()) {
+    f.pool.Register(std::make_shared<Graph>(&live));
+    const auto keys = f.pool.ConsumeRecentKeys();
+    key_of[c] = keys[0];
+    EXPECT_TRUE(f.runtime->AttachCleanupKeys(c, keys));
+  }
+  EXPECT_EQ(live.load(), 3);
+  // Heavy traffic at 16 x 2048 and 4 x 512 (exactly the gears, so the grid
+  // stays); none at 16 x 512.
+  for (int i = 0; i < 3000; ++i) {
+    f.Request(16, 2048, i * 0.05);
+    f.Request(4, 512, i * 0.05);
+  }
+  std::shared_ptr<GraphResource> held = f.pool.Acquire(key_of[{16, 512}]);  // a run in flight
+  auto record = f.runtime->RunOnce(150);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_THAT(record->combinations_removed, ElementsAre(GearCombination{16, 512}));
+  EXPECT_THAT(record->combinations_after, ElementsAre(GearCombination{4, 512}, GearCombination{16, 2048}));
+  EXPECT_THAT(record->gears_after[0], ElementsAre(4, 16));  // the gears stay
+  EXPECT_EQ(record->cleanup_keys, 1u);
+  EXPECT_EQ(live.load(), 3);  // held by the run
+  held.reset();
+  EXPECT_EQ(live.load(), 2);
+  // A late compile of the dropped combination is released at once.
+  f.pool.Register(std::make_shared<Graph>(&live));
+  const auto late = f.pool.ConsumeRecentKeys();
+  EXPECT_FALSE(f.runtime->AttachCleanupKeys(GearCombination{16, 512}, late));
+  EXPECT_EQ(live.load(), 2);
+  const std::string json = UpdateRecordToJson(*record);
+  EXPECT_THAT(json, HasSubstr("\"scheme\":\"sparse\""));
+  EXPECT_THAT(json, HasSubstr("\"combinations_removed\":[[16,512]]"));
+  EXPECT_THAT(json, HasSubstr("\"action\":\"drop\",\"combination\":[16,512]"));
+}
+
+TEST(Joint, TheReplanPolicyCompilesTheCombinationsTrafficPaysFor) {
+  // Compiles cost 200 s: heavy traffic pays for one, a trickle does not.
+  ReplanOptions dear;
+  dear.cost.compile_seconds = 200;
+  // Sparse, nothing compiled: heavy traffic on one cell pays for its graph,
+  // a trickle on another does not (it keeps running uncompiled).
+  JointFixture f(GearScheme::kSparse, std::vector<GearCombination>{{4, 2048}}, dear);
+  for (int i = 0; i < 6000; ++i) f.Request(16, 2048, i * 0.05);
+  for (int i = 0; i < 2; ++i) f.Request(4, 512, 100 + i * 100.0);
+  // The trickle runs uncompiled meanwhile.
+  {
+    const int64_t raw[] = {4, 512};
+    Plan plan;
+    ASSERT_TRUE(MakePlan(*f.runtime->GetSnapshot(), raw, &plan).ok());
+    EXPECT_TRUE(plan.any_uncompiled());
+  }
+  auto record = f.runtime->RunOnce(300);
+  ASSERT_TRUE(record.ok());
+  // (4, 2048) saw no traffic but was compiled less than
+  // min_gear_lifetime_seconds ago: it stays.
+  EXPECT_THAT(record->combinations_after, ElementsAre(GearCombination{4, 2048}, GearCombination{16, 2048}));
+  bool compiled = false;
+  for (const ChangeRecord& c : record->changes) {
+    if (c.action == "compile") {
+      compiled = true;
+      EXPECT_EQ(c.combination, (GearCombination{16, 2048}));
+      EXPECT_GE(c.gain_seconds, 1.5 * c.compile_seconds);
+      EXPECT_EQ(c.dimension, "BATCHSIZE,SEQLEN");
+    }
+  }
+  EXPECT_TRUE(compiled);
+  ASSERT_FALSE(record->declined.empty());
+  EXPECT_EQ(record->declined.back().action, "compile");
+  EXPECT_THAT(record->declined.back().reason, HasSubstr("too little traffic for it"));
+
+  // Joint: a trickle on the cell next to a compiled combination pads onto
+  // it (within cover_ratio 4) instead of compiling its own; a cell 16 times
+  // smaller than any combination runs uncompiled.
+  JointFixture j(GearScheme::kJoint, {{16, 2048}}, dear);
+  for (int i = 0; i < 6000; ++i) j.Request(16, 2048, i * 0.05);
+  for (int i = 0; i < 2; ++i) j.Request(16, 512, 100 + i * 100.0);
+  record = j.runtime->RunOnce(300);
+  ASSERT_TRUE(record.ok());
+  EXPECT_THAT(record->combinations_after, ElementsAre(GearCombination{16, 2048}));
+  auto plan_of = [&](int64_t batch, int64_t seq) {
+    const int64_t raw[] = {batch, seq};
+    return *MakePlan(*j.runtime->GetSnapshot(), raw);
+  };
+  EXPECT_EQ(plan_of(16, 512).variant_group(0).gear[1], 2048);
+  EXPECT_FALSE(plan_of(16, 512).any_uncompiled());
+}
+
+TEST(Joint, StationaryTrafficDoesNotFlap) {
+  // Two hours of a steady mix over a grid of some 300 cells. Cells whose
+  // gain sits near the threshold may still be compiled late (their noise
+  // crosses it once), but no combination is compiled twice, none is dropped
+  // within min_gear_lifetime_seconds of its compile, and after warm-up the
+  // compiles are a small share of the set.
+  JointFixture f(GearScheme::kJoint, {});
+  std::mt19937_64 rng(5);
+  double t = 0;
+  std::map<GearCombination, std::vector<double>> compiled_at;
+  int compiles_after_warmup = 0;
+  size_t final_size = 0;
+  for (int update = 1; update <= 120; ++update) {
+    for (; t < 60.0 * update; t += 0.05) {
+      const int64_t batch = 1 + static_cast<int64_t>(rng() % 16);
+      const int64_t seq = rng() % 4 ? 300 + static_cast<int64_t>(rng() % 200) : 1500 + static_cast<int64_t>(rng() % 500);
+      f.Request(batch, seq, t);
+    }
+    auto record = f.runtime->RunOnce(60.0 * update);
+    ASSERT_TRUE(record.ok());
+    for (const ChangeRecord& c : record->changes) {
+      if (c.action == "compile") {
+        compiled_at[c.combination].push_back(record->time);
+        if (update > 10) ++compiles_after_warmup;
+      }
+      if (c.action == "drop" && compiled_at.count(c.combination)) {
+        EXPECT_GE(record->time - compiled_at[c.combination].back(), 3600.0)
+            << c.combination[0] << "x" << c.combination[1] << " dropped early";
+      }
+    }
+    final_size = record->combinations_after.size();
+  }
+  for (const auto& [c, times] : compiled_at) {
+    EXPECT_EQ(times.size(), 1u) << c[0] << "x" << c[1] << " compiled " << times.size() << " times";
+  }
+  EXPECT_GT(final_size, 50u);
+  EXPECT_LT(compiles_after_warmup, static_cast<int>(final_size) / 2);
+}
+
+}  // namespace
+}  // namespace gearbox
