@@ -30,9 +30,10 @@ struct Loaded {
 
   // `frozen`: options under which an update examines everything and changes
   // nothing (so repeated runs do the same work).
-  explicit Loaded(bool frozen, bool replan = false) {
+  explicit Loaded(bool frozen, bool replan = false, GearScheme scheme = GearScheme::kIndependent) {
     RuntimeOptions o;
     o.policy = replan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
+    o.scheme = scheme;  // joint: every cell of the 64 x 64 grid compiled to start with
     // Replan, frozen: compiles cost more than anything gains, so every run
     // plans (the DP over the window) and examines every move, and changes nothing.
     if (replan && frozen) o.replan.cost.compile_seconds = 1e9;
@@ -85,6 +86,22 @@ void BM_RunOnceReplan(benchmark::State& state) {
 }
 BENCHMARK(BM_RunOnceReplan)->Unit(benchmark::kMillisecond);
 
+// The same with a joint gear set of 64 x 64 cells, all compiled: the
+// window's variant shapes are summarized and every cell's combination
+// weighed (frozen: nothing compiles or drops).
+void BM_RunOnceReplanJoint(benchmark::State& state) {
+  Loaded l(/*frozen=*/true, /*replan=*/true, GearScheme::kJoint);
+  double now = 300.0;
+  for (auto _ : state) {
+    auto r = l.runtime->RunOnce(now);
+    if (!r.ok() || r->changed) state.SkipWithError("the frozen replan run changed the gears");
+    now += 1e-3;
+  }
+  state.counters["cells"] = 64 * 64;
+  state.counters["events_in_window"] = 1e6;
+}
+BENCHMARK(BM_RunOnceReplanJoint)->Unit(benchmark::kMillisecond);
+
 void BM_BuildStatsSnapshot(benchmark::State& state) {
   Loaded l(true);
   for (auto _ : state) benchmark::DoNotOptimize(l.runtime->BuildStatsSnapshot(300.0));
@@ -121,6 +138,30 @@ void BM_DecideReplan(benchmark::State& state) {
   state.counters["changes"] = changes;
 }
 BENCHMARK(BM_DecideReplan)->Unit(benchmark::kMillisecond);
+
+// The same with a joint (arg 1) or sparse (arg 2) gear set: after the grid,
+// the choice among its 4,096 cells, every one compiled to start with and
+// the window's variant shapes spread over all of them.
+void BM_DecideReplanCombinations(benchmark::State& state) {
+  const GearScheme scheme = state.range(0) == 1 ? GearScheme::kJoint : GearScheme::kSparse;
+  Loaded l(false, /*replan=*/true, scheme);
+  const WindowStats stats = l.runtime->BuildStatsSnapshot(300.0);
+  SnapshotRef snap = l.runtime->GetSnapshot();
+  AdaptiveOptions a;
+  ReplanOptions o;
+  o.cost.compile_seconds = 0.01;
+  o.min_gear_lifetime_seconds = 0;
+  size_t combinations = 0;
+  for (auto _ : state) {
+    UpdateDecision d = DecideReplan(*snap, stats, {}, a, o, 300.0);
+    combinations = d.next_combinations.size();
+    benchmark::DoNotOptimize(d);
+  }
+  state.SetLabel(std::string(GearSchemeName(scheme)));
+  state.counters["joint_sizes"] = static_cast<double>(stats.joint_sizes.size());
+  state.counters["combinations_after"] = static_cast<double>(combinations);
+}
+BENCHMARK(BM_DecideReplanCombinations)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace gearbox

@@ -3,6 +3,7 @@
 // and transform/recover on real tensors reproduces the input.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -22,7 +23,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     s.eager_fallback = !s.splittable && in.ConsumeBool();
     specs.push_back(s);
   }
-  auto gears = gearbox::GearSet::Create(specs);
+  // Two dimensions may be joint or sparse, with any combinations.
+  gearbox::CombinationSpec combinations;
+  if (dims == 2 && in.ConsumeBool()) {
+    combinations.scheme = in.ConsumeBool() ? gearbox::GearScheme::kJoint : gearbox::GearScheme::kSparse;
+    const int n = in.ConsumeIntegralInRange<int>(0, 8);
+    for (int i = 0; i < n; ++i) {
+      combinations.combinations.push_back(
+          {in.ConsumeIntegralInRange<int64_t>(-1, 40), in.ConsumeIntegralInRange<int64_t>(-1, 40)});
+    }
+    combinations.cover_ratio = in.ConsumeFloatingPointInRange<double>(0.5, 50.0);
+  }
+  auto gears = gearbox::GearSet::Create(specs, 1, 0.0, combinations);
   if (!gears.ok()) return 0;
   std::vector<int64_t> raw;
   for (int d = 0; d < dims; ++d) {
@@ -45,6 +57,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       covered += c.count * c.extent;
     }
     if (covered != dp.raw) __builtin_trap();
+  }
+  // Every variant group runs on a compiled combination covering its chunks
+  // within the cover ratio, or uncompiled at exactly its chunks.
+  for (int g = 0; g < plan.num_variant_groups(); ++g) {
+    const gearbox::VariantGroup vg = plan.variant_group(g);
+    double volume = 1, cell = 1;
+    for (int d = 0; d < dims; ++d) {
+      const gearbox::ChunkGroup& c = plan.dimension(d).groups[vg.group[d]];
+      if (vg.gear[d] < c.extent) __builtin_trap();
+      if (vg.eager && !plan.any_eager() && vg.gear[d] != c.extent) __builtin_trap();
+      volume *= static_cast<double>(vg.gear[d]);
+      cell *= static_cast<double>(c.gear);
+    }
+    if (gears->scheme() != gearbox::GearScheme::kIndependent && !vg.eager) {
+      const gearbox::GearCombination k{vg.gear[0], vg.gear[1]};
+      const auto& list = gears->combinations();
+      if (!std::binary_search(list.begin(), list.end(), k)) __builtin_trap();
+      if (volume > gears->cover_ratio() * cell * (1 + 1e-12)) __builtin_trap();
+    }
   }
   // Volumes are doubles: allow rounding at sizes near 2^63.
   if (plan.padded_volume() < plan.raw_volume() * (1 - 1e-9)) __builtin_trap();

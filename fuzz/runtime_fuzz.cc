@@ -38,6 +38,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.adaptive.min_samples_per_gear = in.ConsumeIntegralInRange<int>(0, 6);
     o.adaptive.max_gears_per_type = in.ConsumeIntegralInRange<int>(4, 12);
     o.adaptive.window_slots = in.ConsumeIntegralInRange<int>(1, 40);
+    // Any policy and gear scheme (joint and sparse need the replan policy).
+    o.policy = in.ConsumeBool() ? gearbox::UpdatePolicy::kReplan : gearbox::UpdatePolicy::kAdaptive;
+    if (o.policy == gearbox::UpdatePolicy::kReplan) {
+      o.scheme = static_cast<gearbox::GearScheme>(in.ConsumeIntegralInRange<int>(0, 2));
+      o.cover_ratio = in.ConsumeFloatingPointInRange<double>(1.0, 20.0);
+      o.replan.min_gear_lifetime_seconds = in.ConsumeIntegralInRange<int>(0, 4000);
+      o.replan.cost.compile_seconds = in.ConsumeFloatingPointInRange<double>(0.0, 5.0);
+    }
     auto created = gearbox::AdaptiveGearRuntime::Create(
         {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {8, 64}, false, true}}, o);
     if (!created.ok()) return 0;
@@ -82,7 +90,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           for (int d = 0; d < s->num_dimensions(); ++d) {
             if (static_cast<int>(s->gears(d).size()) > o.adaptive.max_gears_per_type) __builtin_trap();
           }
-          if (!gearbox::GearSet::Create(s->dimensions()).ok()) __builtin_trap();
+          gearbox::CombinationSpec spec{s->scheme(), s->combinations(), s->cover_ratio()};
+          if (!gearbox::GearSet::Create(s->dimensions(), 1, 0.0, spec).ok()) __builtin_trap();
           break;
         }
       }

@@ -59,6 +59,9 @@ TEST_F(Cli, ReplayWritesDecisionsSummaryAndPlot) {
   const auto j = nlohmann::json::parse(summary);
   EXPECT_EQ(j["policies"]["static"]["requests"], 2000);
   EXPECT_TRUE(j["policies"]["adaptive"].contains("offline_optimum"));
+  // One dimension: also the optimum at the policy's compiled-graph count.
+  EXPECT_THAT(r.output, HasSubstr("same compiled-graph count"));
+  EXPECT_GE(j["policies"]["static"]["offline_optimum"]["SEQLEN"]["same_graph_count"]["gears"], 1);
   std::ifstream decisions(P("d.jsonl"));
   std::string line;
   int lines = 0;
@@ -68,6 +71,35 @@ TEST_F(Cli, ReplayWritesDecisionsSummaryAndPlot) {
   }
   EXPECT_GT(lines, 0);
   EXPECT_GT(fs::file_size(P("p.png")), 1000u);
+}
+
+TEST_F(Cli, ReplayComparesGearSchemesOnTwoDimensions) {
+  Write("two.json", R"({"dims": [{"name": "BATCHSIZE", "gears": [1, 2, 4, 8], "splittable": true},
+                                 {"name": "SEQLEN", "gears": [64, 256, 1024]}]})");
+  std::string trace = "t,BATCHSIZE,SEQLEN\n";
+  for (int i = 0; i < 3000; ++i) {
+    trace += std::to_string(i * 0.2) + "," + std::to_string(1 + i % 7) + "," + std::to_string(40 + (i * 37) % 900) + "\n";
+  }
+  Write("two.csv", trace);
+  const ToolRun r = Tool("replay --config " + P("two.json") + " --trace " + P("two.csv") +
+                         " --policy static,replan --scheme independent,joint,sparse --summary " + P("s.json") +
+                         " --decisions " + P("d.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("replan/joint"));
+  EXPECT_THAT(r.output, HasSubstr("graphs alive: average / peak"));
+  std::ifstream summary(P("s.json"));
+  const auto j = nlohmann::json::parse(summary);
+  EXPECT_EQ(j["policies"]["replan/sparse"]["scheme"], "sparse");
+  EXPECT_EQ(j["policies"]["static/joint"]["requests"], 3000);
+  bool saw_combinations = false;
+  std::ifstream decisions(P("d.jsonl"));
+  for (std::string line; std::getline(decisions, line);) {
+    saw_combinations |= nlohmann::json::parse(line).contains("combinations");
+  }
+  EXPECT_TRUE(saw_combinations);
+  const ToolRun bad = Tool("replay --config " + P("two.json") + " --trace " + P("two.csv") + " --scheme diagonal");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.output, HasSubstr("--scheme: \"diagonal\""));
 }
 
 TEST_F(Cli, BadTraceFailsWithTheLineAndLeavesNoOutputs) {

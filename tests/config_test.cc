@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace gearbox {
 namespace {
 
@@ -54,6 +56,21 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
   EXPECT_EQ(c->replan.max_changes_per_update, 4);
   EXPECT_EQ(c->replan.tail_ratio, 3);
   EXPECT_EQ(c->replan.min_gear_lifetime_seconds, 3600);  // untouched default
+}
+
+TEST(Config, ParsesJointGearSets) {
+  auto c = ParseConfig(R"({
+    "dims": [{"name": "BATCHSIZE", "gears": [1, 8, 64]}, {"name": "SEQLEN", "gears": [512, 4096]}],
+    "scheme": "joint", "combinations": [[64, 4096], [8, 512]], "cover_ratio": null
+  })");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scheme, GearScheme::kJoint);
+  EXPECT_THAT(c->combinations, ElementsAre(GearCombination{64, 4096}, GearCombination{8, 512}));
+  EXPECT_TRUE(std::isinf(c->cover_ratio));
+  auto sparse = ParseConfig(R"({"dims": [{"name": "A", "gears": [1, 2]}, {"name": "B", "gears": [3]}],
+                                "scheme": "sparse"})");
+  ASSERT_TRUE(sparse.ok()) << sparse.status();
+  EXPECT_TRUE(sparse->combinations.empty());  // every cell, when the runtime starts
 }
 
 TEST(Config, NamedLadders) {
@@ -126,6 +143,20 @@ INSTANTIATE_TEST_SUITE_P(
                   "replan.max_changes_per_update: 0"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"tail_ratio": "2"}})",
                   "replan.tail_ratio: \"2\""},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "diagonal"})",
+                  "scheme: \"diagonal\" is not allowed"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "scheme": "joint"})", "exactly 2 dimensions"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "joint",
+                      "combinations": [[1, 3]]})",
+                  "combinations[0][1]: 3"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "joint",
+                      "combinations": [[1]]})",
+                  "combinations[0]: [1] is not allowed"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "joint",
+                      "cover_ratio": 0.5})",
+                  "cover_ratio: 0.5"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "combinations": [[1, 1]]})",
+                  "combinations go with the joint and sparse schemes only"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"base_bytes": 1}})",
                   "memory_model.device_bytes: missing"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"device_bytes": -5}})",

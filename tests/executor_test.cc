@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <thread>
 
 namespace gearbox {
@@ -126,11 +127,15 @@ struct Fixture {
   std::unique_ptr<AdaptiveGearRuntime> runtime;
   AffineBackend backend{&shared};
   std::unique_ptr<GearedExecutor> executor;
-  Fixture() {
+  explicit Fixture(GearScheme scheme = GearScheme::kIndependent, std::vector<GearCombination> combinations = {},
+                   double cover_ratio = 4.0) {
     RuntimeOptions o;
     o.clock = &clock;
     o.pool = &pool;
     o.start_worker = false;
+    o.scheme = scheme;
+    o.combinations = std::move(combinations);
+    o.cover_ratio = cover_ratio;
     runtime = *AdaptiveGearRuntime::Create(
         {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {4, 8}, false, true}}, o);
     executor = *GearedExecutor::Create(runtime.get(), &backend, {});
@@ -164,6 +169,24 @@ TEST(Executor, PadsSplitsRunsAndRecovers) {
   EXPECT_EQ(f.pool.size(), 1u);
   // One event per executed variant.
   EXPECT_EQ(f.runtime->BuildStatsSnapshot(0).dimensions[0].gears[2].sample_count, 5u);
+}
+
+TEST(Executor, JointSetsRunOnCombinationsAndSparseMissesUncompiled) {
+  // Joint, one graph (4, 8), any cover: every request runs on it.
+  Fixture joint(GearScheme::kJoint, {{4, 8}}, std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(joint.RunAndCheck(1, 3).ok());   // cell (1, 4) -> (4, 8)
+  EXPECT_TRUE(joint.RunAndCheck(11, 7).ok());  // chunks 4, 4, 3 -> all on (4, 8)
+  EXPECT_EQ(joint.shared.compiles.load(), 1);
+  EXPECT_EQ(joint.pool.size(), 1u);
+  EXPECT_EQ(joint.executor->stats().eager_variants, 0u);
+  // Sparse, the same graph: a cell that is not it runs uncompiled, exactly.
+  Fixture sparse(GearScheme::kSparse, {{4, 8}});
+  EXPECT_TRUE(sparse.RunAndCheck(1, 3).ok());
+  EXPECT_EQ(sparse.executor->stats().eager_variants, 1u);
+  EXPECT_EQ(sparse.pool.size(), 0u);
+  EXPECT_TRUE(sparse.RunAndCheck(12, 8).ok());  // three chunks at (4, 8): compiled
+  EXPECT_EQ(sparse.shared.compiles.load(), 2);   // one eager run, one graph
+  EXPECT_EQ(sparse.pool.size(), 1u);
 }
 
 TEST(Executor, EagerFallbackCompilesForOneRunAndCachesNothing) {

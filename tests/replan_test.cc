@@ -138,6 +138,21 @@ TEST(Replan, MemoryPressureAllowsNoNetGrowth) {
   EXPECT_LE(rec.gears_after[0].size(), 2u);
 }
 
+TEST(Replan, MemoryPressureNeverGivesBackTheLastGears) {
+  // Found by runtime_fuzz: under pressure the policy gave back gears past
+  // the count floor, emptied a dimension and then read past its end.
+  AdaptiveOptions a;
+  a.min_gear_count_per_type = 2;
+  Replanned r({{"BATCHSIZE", {1, 2, 4, 8}, true, false}}, {}, a);
+  r.probe.Set(0.99);
+  auto small = [](std::mt19937_64& rng) { return 1 + static_cast<int64_t>(rng() % 3); };
+  for (int i = 0; i < 6; ++i) {
+    const UpdateRecord rec = r.Run(60, 20, small);
+    EXPECT_TRUE(rec.memory.high);
+    EXPECT_GE(rec.gears_after[0].size(), 2u);
+  }
+}
+
 TEST(Replan, PolicyAddedGearsLiveAtLeastTheirLifetime) {
   ReplanOptions o;
   o.min_gear_lifetime_seconds = 3600;

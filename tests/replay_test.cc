@@ -1,5 +1,7 @@
 #include "gearbox/replay.h"
 
+#include "gearbox/executed_replay.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -184,6 +186,65 @@ TEST(Replay, ReplanPlansAtTheFirstWarmUpCheckWithEnoughTraffic) {
   // at 1020 it holds 21: the first plan. Then a check (and, under replan, an
   // update) every 60 s.
   EXPECT_THAT(times, ElementsAre(1020.0, 1080.0, 1140.0, 1200.0));
+}
+
+TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {
+  RuntimeConfig c;
+  c.dims = {{"BATCHSIZE", {2, 4}, true, false}, {"SEQLEN", {8, 16}, false, false}};
+  c.scheme = GearScheme::kJoint;
+  c.combinations = {{4, 16}};  // one graph; cover_ratio 4
+  Trace t;
+  t.dimensions = {"BATCHSIZE", "SEQLEN"};
+  t.time = {0, 1, 2, 3};
+  t.sizes = {2, 8, 3, 16, 1, 5, 2, 16};
+  ReplayOptions o;
+  o.policy = ReplayPolicy::kStatic;
+  auto joint = Replay(c, t, o);
+  ASSERT_TRUE(joint.ok()) << joint.status();
+  // Every cell is within 4 times of 4 x 16 (2 x 8 exactly 4 times): all run on it.
+  EXPECT_DOUBLE_EQ(joint->padded_volume, 4 * 64.0);
+  EXPECT_DOUBLE_EQ(joint->raw_volume, 16 + 48 + 5 + 32);
+  EXPECT_EQ(joint->compiles, 1u);
+  EXPECT_EQ(joint->eager_requests, 0u);
+  EXPECT_EQ(joint->scheme, GearScheme::kJoint);
+  EXPECT_THAT(ReplayResultJson(*joint), HasSubstr("\"scheme\": \"joint\""));
+
+  c.scheme = GearScheme::kSparse;  // only the cell 4 x 16 itself is compiled
+  auto sparse = Replay(c, t, o);
+  ASSERT_TRUE(sparse.ok()) << sparse.status();
+  EXPECT_DOUBLE_EQ(sparse->padded_volume, 16 + 64 + 5 + 32);  // the others run uncompiled, exactly
+  EXPECT_EQ(sparse->eager_requests, 3u);
+  EXPECT_EQ(sparse->compiles, 1u);
+
+  // Overriding the scheme starts from every cell; independent compiles each cell used.
+  o.scheme = GearScheme::kIndependent;
+  auto independent = Replay(c, t, o);
+  ASSERT_TRUE(independent.ok());
+  EXPECT_EQ(independent->policy, "static/independent");
+  EXPECT_DOUBLE_EQ(independent->padded_volume, 16 + 64 + 16 + 32);
+  EXPECT_EQ(independent->compiles, 3u);  // (2, 8), (4, 16), (2, 16)
+  // The seed's policy plans each dimension alone: no joint sets.
+  o.scheme = GearScheme::kJoint;
+  o.policy = ReplayPolicy::kAdaptive;
+  EXPECT_THAT(Replay(c, t, o).status().message(), HasSubstr("replan policy"));
+}
+
+TEST(Replay, ScalingATraceDownKeepsItsEconomics) {
+  // Executed replays divide sizes (rounding up) so a real backend runs them
+  // quickly; a unit then stands for 8 of the trace's.
+  const Trace scaled = ScaleTraceSizes(SeqTrace({{0, 1000}, {1, 7}}), 8);
+  EXPECT_THAT(scaled.sizes, ElementsAre(125, 1));
+  RuntimeConfig c = SeqConfig({1, 8, 1024});
+  c.replan.cost.runtime_exponent = 2;
+  c.replan.cost.memory_bytes_per_unit = 10;
+  c.scheme = GearScheme::kJoint;
+  c.combinations = {{1024, 9}};
+  const RuntimeConfig s = ScaleConfigGears(c, 8);
+  EXPECT_THAT(s.dims[0].gears, ElementsAre(1, 128));  // 8 -> 1 merges with 1
+  EXPECT_EQ(s.combinations[0], (GearCombination{128, 2}));
+  EXPECT_DOUBLE_EQ(s.replan.cost.seconds_per_unit, c.replan.cost.seconds_per_unit * 64);
+  EXPECT_DOUBLE_EQ(s.replan.cost.memory_bytes_per_unit, 80);
+  EXPECT_DOUBLE_EQ(s.replan.cost.compile_seconds, c.replan.cost.compile_seconds);
 }
 
 TEST(Replay, MemoryFromTheTraceTriggersUpdates) {

@@ -1,5 +1,6 @@
 #include "tests/stress_harness.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -84,6 +85,7 @@ StressReport RunStress(const StressConfig& config) {
     GraphResourcePool pool(PoolOptions{5, [](LogLevel, std::string_view) {}});
     RuntimeOptions o;
     o.policy = config.replan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
+    o.scheme = config.scheme;
     o.replan.cost.compile_seconds = 0.05;  // cheap compiles: the replan policy churns too
     o.replan.min_gear_lifetime_seconds = 0;
     o.replan.readd_cooldown_seconds = 0;
@@ -155,12 +157,13 @@ StressReport RunStress(const StressConfig& config) {
           Plan plan;
           if (!MakePlan(*snap, raw, &plan).ok()) continue;  // never happens: sizes fit
           plan.ForEachVariant([&](const Variant& v) {
+            variants.fetch_add(1, std::memory_order_relaxed);
+            if (v.eager) return;  // a sparse or joint miss: runs uncompiled
             std::shared_ptr<GraphResource> graph = cache.Get(v.gear[0], v.gear[1]);
             auto* g = static_cast<StressGraph*>(graph.get());
             g->in_use.fetch_add(1);
             if (g->batch != v.gear[0] || g->seq != v.gear[1]) g_released_while_held.fetch_add(1000000);
             g->in_use.fetch_sub(1);
-            variants.fetch_add(1, std::memory_order_relaxed);
           });
           runtime->RecordPlan(plan, clock.NowSeconds());
           served.fetch_add(1, std::memory_order_relaxed);
@@ -190,6 +193,11 @@ StressReport RunStress(const StressConfig& config) {
     for (const auto& [combo, key] : cache.Keys()) {
       if (pool.Acquire(key) == nullptr) continue;
       if (!now->Contains(0, combo.first) || !now->Contains(1, combo.second)) ++report.stale_graphs;
+      if (now->scheme() != GearScheme::kIndependent &&
+          !std::binary_search(now->combinations().begin(), now->combinations().end(),
+                              GearCombination{combo.first, combo.second})) {
+        ++report.stale_graphs;  // a dropped combination's graph outlived it
+      }
     }
   }
   report.released_while_held = g_released_while_held.load();

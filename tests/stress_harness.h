@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "gearbox/gear_set.h"
+
 namespace gearbox::testing {
 
 struct StressConfig {
@@ -21,8 +23,10 @@ struct StressConfig {
   int64_t update_period_us = 0;
   int64_t requests_per_update = 100;
   uint64_t seed = 1234;
-  // The update policy: the seed's (adaptive) or replan.
+  // The update policy: the seed's (adaptive) or replan; with replan, the
+  // gear scheme (joint and sparse sets compile and drop combinations too).
   bool replan = false;
+  GearScheme scheme = GearScheme::kIndependent;
   // Called about every second with a one-line progress report (soak).
   bool progress = false;
 };

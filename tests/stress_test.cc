@@ -14,11 +14,19 @@ namespace {
 #endif
 #endif
 
-class Stress : public ::testing::TestWithParam<bool> {};
+// The update policy and gear scheme under test.
+struct Variant {
+  const char* name;
+  bool replan;
+  GearScheme scheme;
+};
+
+class Stress : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(Stress, RequestsUpdatesAndReleasesInterleaveSafely) {
   StressConfig config;
-  config.replan = GetParam();
+  config.replan = GetParam().replan;
+  config.scheme = GetParam().scheme;
   config.threads = 3;
   // The replan variant (cheap compiles, no protection) changes the gears at
   // nearly every update and compiles far more per request: fewer requests.
@@ -32,13 +40,15 @@ TEST_P(Stress, RequestsUpdatesAndReleasesInterleaveSafely) {
   for (const std::string& v : report.Violations(config)) ADD_FAILURE() << v;
   EXPECT_GT(report.updates_changed, 10u) << "the test should churn gears";
   EXPECT_GT(report.keys_released, 10u) << "the test should evict compiled gears";
-  std::printf("stress (%s): %s\n", config.replan ? "replan" : "adaptive", report.Summary().c_str());
+  std::printf("stress (%s): %s\n", GetParam().name, report.Summary().c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, Stress, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& i) {
-                           return std::string(i.param ? "Replan" : "Adaptive");
-                         });
+INSTANTIATE_TEST_SUITE_P(Policies, Stress,
+                         ::testing::Values(Variant{"Adaptive", false, GearScheme::kIndependent},
+                                           Variant{"Replan", true, GearScheme::kIndependent},
+                                           Variant{"ReplanJoint", true, GearScheme::kJoint},
+                                           Variant{"ReplanSparse", true, GearScheme::kSparse}),
+                         [](const ::testing::TestParamInfo<Variant>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace gearbox::testing

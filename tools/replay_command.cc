@@ -70,6 +70,14 @@ struct Optimum {
 
 std::string Percent(double x) { return fmt::format("{:.2f}%", 100.0 * x); }
 
+// One dimension: the time-weighted count of compiled graphs (gears with a
+// graph: the ones a gear set's traffic used), the yardstick besides the
+// gear count. 0 (not shown) for several dimensions, whose graphs are
+// combinations.
+int GraphCount(const ReplayResult& r) {
+  return r.dimensions.size() == 1 ? std::max(1, static_cast<int>(std::lround(r.avg_graphs))) : 0;
+}
+
 int RunReplay(const ReplayFlags& f) {
   auto config = LoadConfigFile(f.config);
   if (!config.ok()) return Fail(config.status());
@@ -155,11 +163,14 @@ int RunReplay(const ReplayFlags& f) {
       for (size_t i = 0; i < trace->rows(); ++i) sizes.push_back(trace->row(i)[d]);
       const SizeHistogram hist = SizeHistogram::FromSizes(sizes);
       for (const ReplayResult& r : results) {
+        for (int k : {std::max(1, static_cast<int>(std::lround(r.avg_gears[d]))), GraphCount(r)}) {
+          if (k < 1 || optimum[d].count(k)) continue;
+          auto plan = OptimalGears(hist, k, /*splittable=*/false);
+          if (!plan.ok()) return Fail(plan.status());
+          optimum[d][k] = *std::move(plan);
+        }
         const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
-        if (optimum[d].count(k)) continue;
-        auto plan = OptimalGears(hist, k, /*splittable=*/false);
-        if (!plan.ok()) return Fail(plan.status());
-        optimum[d][k] = *std::move(plan);
+        if (optimum_split[d].count(k)) continue;
         if (config->dims[d].splittable) {
           auto split = OptimalGears(hist, k, /*splittable=*/true);
           if (!split.ok()) return Fail(split.status());
@@ -193,6 +204,12 @@ int RunReplay(const ReplayFlags& f) {
         const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
         return fmt::format("{} ({})", Percent(optimum[d].at(k).waste()), k);
       });
+      if (dims.size() == 1) {
+        row("  ... same compiled-graph count", [&, d](const ReplayResult& r) {
+          const int k = GraphCount(r);
+          return fmt::format("{} ({})", Percent(optimum[d].at(k).waste()), k);
+        });
+      }
       if (config->dims[d].splittable) {
         row(fmt::format("  ... splitting allowed"), [&, d](const ReplayResult& r) {
           const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
@@ -309,6 +326,10 @@ int RunReplay(const ReplayFlags& f) {
           const int k = std::max(1, static_cast<int>(std::lround(r.avg_gears[d])));
           const GearPlan& p = optimum[d].at(k);
           o[dims[d]] = {{"gears", k}, {"waste", p.waste()}, {"gear_list", p.gears}};
+          if (dims.size() == 1) {
+            const GearPlan& g = optimum[d].at(GraphCount(r));
+            o[dims[d]]["same_graph_count"] = {{"gears", GraphCount(r)}, {"waste", g.waste()}};
+          }
           if (config->dims[d].splittable) {
             const GearPlan& q = optimum_split[d].at(k);
             o[dims[d]]["with_splitting"] = {

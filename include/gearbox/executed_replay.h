@@ -61,7 +61,9 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
 // Divides every size of the trace (rounding up, at least 1) by `factor`:
 // scales a trace down so a real backend replays it quickly.
 Trace ScaleTraceSizes(const Trace& trace, double factor);
-// The same for the initial gears of a config (de-duplicated).
+// The same for the initial gears (de-duplicated) and combinations of a
+// config; the replan cost model's per-unit costs grow by factor^exponent so
+// that a request still costs what it did.
 RuntimeConfig ScaleConfigGears(const RuntimeConfig& config, double factor);
 
 std::string ExecutedReplayResultJson(const ExecutedReplayResult& result, int indent = 2);

@@ -126,145 +126,164 @@ void DecideCombinations(const GearSet& current, const WindowStats& stats, const 
                                                      stats.recently_removed_combinations.end());
   const std::vector<int64_t>& g0 = out->next_gears[0];
   const std::vector<int64_t>& g1 = out->next_gears[1];
+  const size_t n0 = g0.size(), n1 = g1.size();
   const GearCostModel& m = o.cost;
   const std::string dims = Cat(current.dimension(0).name, ",", current.dimension(1).name);
   double observed = 0;
   for (const DimensionStats& ds : stats.dimensions) observed = std::max(observed, ds.observed_seconds);
-  const double horizon = HorizonFactor(observed, adaptive, o);
+  const double scale = m.beta * HorizonFactor(observed, adaptive, o);  // window seconds -> over the horizon
   const double compile_cost = m.alpha * m.compile_seconds;
   const double holding = std::min(o.gear_holding_seconds, compile_cost);
-  auto run = [&](int64_t a, int64_t b) { return m.Run(a * b); };
-  auto memory_cost = [&](int64_t a, int64_t b) { return m.gamma * m.GearBytes(a * b) / kGiB; };
+  const double ratio = current.cover_ratio();
+  auto at = [&](size_t i, size_t j) { return i * n1 + j; };
+  // Per cell: its size, its graph's run time and memory cost.
+  std::vector<double> cell_volume(n0 * n1), cell_run(n0 * n1), cell_memory(n0 * n1);
+  for (size_t i = 0; i < n0; ++i) {
+    for (size_t j = 0; j < n1; ++j) {
+      cell_volume[at(i, j)] = static_cast<double>(g0[i]) * static_cast<double>(g1[j]);
+      cell_run[at(i, j)] = m.Run(g0[i] * g1[j]);
+      cell_memory[at(i, j)] = m.gamma * m.GearBytes(g0[i] * g1[j]) / kGiB;
+    }
+  }
+  auto volume = [&](size_t i, size_t j) { return cell_volume[at(i, j)]; };
+  auto run = [&](size_t i, size_t j) { return cell_run[at(i, j)]; };
+  auto memory_cost = [&](size_t i, size_t j) { return cell_memory[at(i, j)]; };
 
-  // Traffic per cell of the next grid.
-  struct Cell {
-    size_t i, j;
-    double weight = 0;     // decayed variants
-    double uncompiled = 0; // sparse: their run time uncompiled at their exact sizes
-  };
-  std::map<std::pair<size_t, size_t>, Cell> cells;
+  // Traffic per cell of the next grid (dense: at most 64 x 64 cells): the
+  // decayed variants, and their run time uncompiled at their exact sizes.
+  std::vector<double> weight(n0 * n1, 0.0), uncompiled(n0 * n1, 0.0);
   for (const JointSize& s : stats.joint_sizes) {
     auto i = static_cast<size_t>(std::lower_bound(g0.begin(), g0.end(), s.a) - g0.begin());
     auto j = static_cast<size_t>(std::lower_bound(g1.begin(), g1.end(), s.b) - g1.begin());
     // Above a splittable dimension's largest gear the shape splits into
     // chunks of it; above another's it runs eagerly (no graph helps).
-    if (i == g0.size()) {
+    if (i == n0) {
       if (!current.dimension(0).splittable) continue;
-      i = g0.size() - 1;
+      i = n0 - 1;
     }
-    if (j == g1.size()) {
+    if (j == n1) {
       if (!current.dimension(1).splittable) continue;
-      j = g1.size() - 1;
+      j = n1 - 1;
     }
-    Cell& c = cells[{i, j}];
-    c.i = i;
-    c.j = j;
-    c.weight += s.weight;
-    c.uncompiled += s.weight * o.uncompiled_slowdown * run(std::min(s.a, g0[i]), std::min(s.b, g1[j]));
+    weight[at(i, j)] += s.weight;
+    uncompiled[at(i, j)] += s.weight * o.uncompiled_slowdown * m.Run(std::min(s.a, g0[i]) * std::min(s.b, g1[j]));
   }
-  // The combinations that survive the grid change.
-  std::vector<GearCombination> set;
+  std::vector<size_t> traffic;  // cells with traffic
+  for (size_t c = 0; c < n0 * n1; ++c) {
+    if (weight[c] > 0) traffic.push_back(c);
+  }
+  // The combinations that survive the grid change, as grid cells.
+  std::vector<char> in_set(n0 * n1, 0);
   for (const GearCombination& k : current.combinations()) {
-    if (std::binary_search(g0.begin(), g0.end(), k[0]) && std::binary_search(g1.begin(), g1.end(), k[1])) {
-      set.push_back(k);
+    auto i = std::lower_bound(g0.begin(), g0.end(), k[0]);
+    auto j = std::lower_bound(g1.begin(), g1.end(), k[1]);
+    if (i != g0.end() && *i == k[0] && j != g1.end() && *j == k[1]) {
+      in_set[at(static_cast<size_t>(i - g0.begin()), static_cast<size_t>(j - g1.begin()))] = 1;
     }
   }
-  std::vector<Cell> traffic;
-  for (const auto& [key, c] : cells) traffic.push_back(c);
-  auto corner = [&](const Cell& c) { return GearCombination{g0[c.i], g1[c.j]}; };
-  // What `k` costs the traffic of `c` per window (negative: it cannot serve
-  // it: it does not cover the cell, or is more than cover_ratio larger).
-  const double ratio = current.cover_ratio();
-  auto serve = [&](const GearCombination& k, const Cell& c) {
-    const double volume = static_cast<double>(k[0]) * static_cast<double>(k[1]);
-    const double cell = static_cast<double>(g0[c.i]) * static_cast<double>(g1[c.j]);
-    if (k[0] < g0[c.i] || k[1] < g1[c.j] || volume > ratio * cell) return -1.0;
-    return c.weight * run(k[0], k[1]);
+  auto combination = [&](size_t c) { return GearCombination{g0[c / n1], g1[c % n1]}; };
+  // The combinations that may serve cell (i, j): it covers the cell and is
+  // at most `ratio` times its size; and the cells combination (ki, kj) may
+  // serve. Both walk only that region of the grid.
+  auto for_each_server = [&](size_t i, size_t j, auto&& visit) {
+    const double limit = ratio * volume(i, j);
+    for (size_t ki = i; ki < n0; ++ki) {
+      if (volume(ki, j) > limit) break;
+      for (size_t kj = j; kj < n1 && volume(ki, kj) <= limit; ++kj) visit(ki, kj);
+    }
   };
-  // Per cell: its cost on the best combination of `set` and on the second
-  // best (uncompiled when none serves it), and which is best.
-  std::vector<double> best_cost(traffic.size()), second_cost(traffic.size());
-  std::vector<int> best_index(traffic.size());
+  auto for_each_served = [&](size_t ki, size_t kj, auto&& visit) {
+    const double v = volume(ki, kj);
+    for (size_t i = ki + 1; i-- > 0;) {
+      if (v > ratio * volume(i, kj)) break;
+      for (size_t j = kj + 1; j-- > 0 && v <= ratio * volume(i, j);) visit(i, j);
+    }
+  };
+  // Per cell with traffic: its cost per window on the best combination of
+  // the set and on the second best (uncompiled when none serves it), and
+  // which cell of the grid is its best (or none).
+  std::vector<double> best_cost(n0 * n1), second_cost(n0 * n1);
+  std::vector<int64_t> best_at(n0 * n1, -1);
   auto assign = [&]() {
-    for (size_t c = 0; c < traffic.size(); ++c) {
-      const double fallback = traffic[c].uncompiled;
-      best_cost[c] = second_cost[c] = fallback;
-      best_index[c] = -1;
-      for (size_t k = 0; k < set.size(); ++k) {
-        const double v = serve(set[k], traffic[c]);
-        if (v < 0) continue;
+    for (size_t c : traffic) {
+      best_cost[c] = second_cost[c] = uncompiled[c];
+      best_at[c] = -1;
+      for_each_server(c / n1, c % n1, [&](size_t ki, size_t kj) {
+        if (!in_set[at(ki, kj)]) return;
+        const double v = weight[c] * run(ki, kj);
         if (v < best_cost[c]) {
           second_cost[c] = best_cost[c];
           best_cost[c] = v;
-          best_index[c] = static_cast<int>(k);
+          best_at[c] = static_cast<int64_t>(at(ki, kj));
         } else if (v < second_cost[c]) {
           second_cost[c] = v;
         }
-      }
+      });
     }
   };
-  const double scale = m.beta * horizon;  // window seconds -> seconds over the horizon
 
   // Drop what keeps too little: a combination whose traffic would lose less
   // than holding one graph if it ran elsewhere. Those that are no cell's
-  // best lose nothing and go together; others one at a time, least first.
+  // best lose nothing and go together; others one at a time, least first,
+  // at most max_changes_per_update an update.
   int dropped = 0;
-  while (true) {
+  for (int round = 0; round <= o.max_changes_per_update; ++round) {
     assign();
-    std::vector<double> loss(set.size(), 0.0);
-    for (size_t c = 0; c < traffic.size(); ++c) {
-      if (best_index[c] >= 0) loss[static_cast<size_t>(best_index[c])] += scale * (second_cost[c] - best_cost[c]);
+    std::vector<double> loss(n0 * n1, 0.0);
+    for (size_t c : traffic) {
+      if (best_at[c] >= 0) loss[static_cast<size_t>(best_at[c])] += scale * (second_cost[c] - best_cost[c]);
     }
-    for (size_t k = 0; k < set.size(); ++k) loss[k] -= memory_cost(set[k][0], set[k][1]);
-    std::vector<size_t> idle;
-    size_t least = set.size();
-    for (size_t k = 0; k < set.size(); ++k) {
+    std::vector<size_t> go;
+    int64_t least = -1;
+    for (size_t k = 0; k < n0 * n1; ++k) {
+      if (!in_set[k]) continue;
+      loss[k] -= memory_cost(k / n1, k % n1);
       // A combination compiled within min_gear_lifetime_seconds stays, idle
       // or not (unless memory is high): the traffic of a cell comes and
       // goes within minutes, and recompiling it is the churn to avoid.
-      auto c = created.find(set[k]);
+      auto c = created.find(combination(k));
       if (!memory.high && c != created.end() && now - c->second < o.min_gear_lifetime_seconds) continue;
       if (loss[k] <= 0) {
-        idle.push_back(k);
-        continue;
+        go.push_back(k);
+      } else if (least < 0 || loss[k] < loss[static_cast<size_t>(least)]) {
+        least = static_cast<int64_t>(k);
       }
-      if (least == set.size() || loss[k] < loss[least]) least = k;
     }
-    std::vector<size_t> go = idle;
-    if (go.empty() && least < set.size() &&
-        (loss[least] < holding || (memory.high && dropped == 0))) {
-      go.push_back(least);
+    if (go.empty() && least >= 0 && round < o.max_changes_per_update &&
+        (loss[static_cast<size_t>(least)] < holding || (memory.high && dropped == 0))) {
+      go.push_back(static_cast<size_t>(least));
     }
     if (go.empty()) break;
-    for (auto it = go.rbegin(); it != go.rend(); ++it) {
-      const GearCombination k = set[*it];
-      out->record.changes.push_back(
-          {dims, "drop", 0, 0, -loss[*it], 0.0, -loss[*it],
-           loss[*it] <= 0 ? "no traffic of the window runs best on it"
-           : memory.high && loss[*it] >= holding ? "memory is high"
-                                                                : "its traffic loses less than holding one graph elsewhere",
-           k});
-      set.erase(set.begin() + static_cast<std::ptrdiff_t>(*it));
+    for (size_t k : go) {
+      in_set[k] = 0;
       ++dropped;
+      out->record.changes.push_back(
+          {dims, "drop", 0, 0, -loss[k], 0.0, -loss[k],
+           loss[k] <= 0 ? "no traffic of the window runs best on it"
+           : memory.high && loss[k] >= holding ? "memory is high"
+                                               : "its traffic loses less than holding one graph elsewhere",
+           combination(k)});
     }
   }
-  // Compile what pays, best net gain first. Gains only shrink as the set
-  // grows (each cell keeps its best), so a stale gain is an upper bound:
-  // pop, re-evaluate, take it if it still leads.
+  // Compile what pays, best first. Gains only shrink as the set grows (each
+  // cell keeps its best), so a stale gain is an upper bound: pop,
+  // re-evaluate, take it if it still leads.
   if (!memory.high) {
     assign();
-    // The gain of compiling k, and the decayed variants it would serve better.
-    auto gain_of = [&](const GearCombination& k, double* served = nullptr) {
-      double gain = 0, weight = 0;
-      for (size_t c = 0; c < traffic.size(); ++c) {
-        const double v = serve(k, traffic[c]);
-        if (v >= 0 && v < best_cost[c]) {
+    // The gain of compiling cell k, and the decayed variants it would serve better.
+    auto gain_of = [&](size_t k, double* served) {
+      double gain = 0, served_weight = 0;
+      for_each_served(k / n1, k % n1, [&](size_t i, size_t j) {
+        const size_t c = at(i, j);
+        if (weight[c] <= 0) return;
+        const double v = weight[c] * run(k / n1, k % n1);
+        if (v < best_cost[c]) {
           gain += best_cost[c] - v;
-          weight += traffic[c].weight;
+          served_weight += weight[c];
         }
-      }
-      if (served != nullptr) *served = weight;
-      return scale * gain - memory_cost(k[0], k[1]);
+      });
+      *served = served_weight;
+      return scale * gain - memory_cost(k / n1, k % n1);
     };
     // What a compile is judged on: the gain less one standard error of its
     // estimate (a count of n variants is uncertain by sqrt(n), so the gain
@@ -272,61 +291,64 @@ void DecideCombinations(const GearSet& current, const WindowStats& stats, const 
     // fine grid most cells see few variants, and without this their noise
     // alone would keep pushing one more over the threshold. A combination
     // dropped within readd_cooldown_seconds comes back only at twice the gain.
-    auto queued_gain = [&](const GearCombination& k) {
+    auto judged_gain = [&](size_t k) {
       double served = 0;
       const double g = gain_of(k, &served);
       if (served < o.min_window_weight) return 0.0;
       const double confident = g * (1.0 - 1.0 / std::sqrt(served));
-      auto r = removed_at.find(k);
+      auto r = removed_at.find(combination(k));
       return r != removed_at.end() && now - r->second < o.readd_cooldown_seconds ? confident / 2 : confident;
     };
-    std::vector<std::pair<double, GearCombination>> queue;
-    for (const Cell& c : traffic) {
-      const GearCombination k = corner(c);
-      if (!std::binary_search(set.begin(), set.end(), k)) queue.push_back({queued_gain(k), k});
+    std::vector<std::pair<double, size_t>> queue;
+    for (size_t c : traffic) {
+      if (!in_set[c]) queue.push_back({judged_gain(c), c});
     }
     std::make_heap(queue.begin(), queue.end());
     const double threshold = o.min_gain_ratio * compile_cost;
-    int taken = 0;
+    size_t in_use = 0;
+    for (char x : in_set) in_use += x ? 1 : 0;
     std::optional<ChangeRecord> declined;
     while (!queue.empty()) {
       std::pop_heap(queue.begin(), queue.end());
-      const GearCombination k = queue.back().second;
+      const size_t k = queue.back().second;
       queue.pop_back();
-      const double gain = queued_gain(k);
+      const double gain = judged_gain(k);
       if (!queue.empty() && gain < queue.front().first) {
         queue.push_back({gain, k});
         std::push_heap(queue.begin(), queue.end());
         continue;
       }
+      double served = 0;
+      const double raw_gain = gain_of(k, &served);
       if (gain < threshold) {
-        double served = 0;
-        const double raw_gain = gain_of(k, &served);
         declined = ChangeRecord{dims, "compile", 0, 0, raw_gain, compile_cost, raw_gain - compile_cost,
                                 served < o.min_window_weight
                                     ? Cat("too little traffic for it in the window (", served, " < min_window_weight)")
                                     : Cat("outside the hysteresis band (gain must reach ", threshold, " s)"),
-                                k};
+                                combination(k)};
         break;
       }
-      if (static_cast<int>(set.size()) >= o.max_combinations) {
-        declined = ChangeRecord{dims, "compile", 0, 0, gain, compile_cost, gain - compile_cost,
-                                "the gear set is at replan.max_combinations", k};
+      if (static_cast<int>(in_use) >= o.max_combinations) {
+        declined = ChangeRecord{dims, "compile", 0, 0, raw_gain, compile_cost, raw_gain - compile_cost,
+                                "the gear set is at replan.max_combinations", combination(k)};
         break;
       }
-      set.insert(std::lower_bound(set.begin(), set.end(), k), k);
-      ++taken;
-      out->record.changes.push_back(
-          {dims, "compile", 0, 0, gain, compile_cost, gain - compile_cost, "gain clears the hysteresis", k});
-      for (size_t c = 0; c < traffic.size(); ++c) {
-        const double v = serve(k, traffic[c]);
-        if (v >= 0 && v < best_cost[c]) best_cost[c] = v;
-      }
+      in_set[k] = 1;
+      ++in_use;
+      out->record.changes.push_back({dims, "compile", 0, 0, raw_gain, compile_cost, raw_gain - compile_cost,
+                                     "gain clears the hysteresis", combination(k)});
+      for_each_served(k / n1, k % n1, [&](size_t i, size_t j) {
+        const size_t c = at(i, j);
+        if (weight[c] > 0) best_cost[c] = std::min(best_cost[c], weight[c] * run(k / n1, k % n1));
+      });
     }
     if (declined) out->record.declined.push_back(*declined);
   }
-  // Sparse sets may compile nothing; the grid's gears stay all the same.
-  out->next_combinations = std::move(set);
+  std::vector<GearCombination> set;
+  for (size_t k = 0; k < n0 * n1; ++k) {
+    if (in_set[k]) set.push_back(combination(k));
+  }
+  out->next_combinations = std::move(set);  // ascending: row-major over ascending gears
 }
 
 }  // namespace
@@ -660,9 +682,10 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
         }
       }
       if (best == nullptr && memory.high && !removes.empty()) {
-        // Memory pressure: give back the gear whose removal costs least.
+        // Memory pressure: give back the gear whose removal costs least,
+        // within the count floor and the largest-gear rule (why_not).
         for (const Move& mv : moves) {
-          if (mv.action == "remove" && (best == nullptr || mv.gain > best->gain)) best = &mv;
+          if (mv.action == "remove" && mv.why_not.empty() && (best == nullptr || mv.gain > best->gain)) best = &mv;
         }
       }
       if (best == nullptr) {

@@ -64,6 +64,11 @@ RuntimeConfig ScaleConfigGears(const RuntimeConfig& config, double factor) {
   for (GearCombination& c : out.combinations) {
     for (int64_t& g : c) g = ScaleDown(g, factor);
   }
+  // A unit now stands for `factor` of the trace's: the replan policy's cost
+  // model keeps the trace's economics (run time and memory per request).
+  GearCostModel& m = out.replan.cost;
+  m.seconds_per_unit *= std::pow(factor, m.runtime_exponent);
+  m.memory_bytes_per_unit *= std::pow(factor, m.memory_exponent);
   return out;
 }
 
