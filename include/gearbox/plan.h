@@ -103,6 +103,8 @@ class Plan {
 
  private:
   friend absl::Status MakePlan(const GearSet&, std::span<const int64_t>, Plan*);
+  // Joint and sparse gear sets: fills joint_groups_ (off the common path).
+  [[gnu::noinline]] static void AssignCombinations(const GearSet& gears, Plan* plan);
   // Joint and sparse gear sets: per variant group (kJointDimensions
   // dimensions, so at most 4), the combination it runs on, or its extents
   // with `eager` when no combination serves it.

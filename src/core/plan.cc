@@ -140,24 +140,27 @@ absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* 
                         " and this dimension neither splits nor has eager_fallback"));
     }
   }
-  if (gears.scheme() != GearScheme::kIndependent && !plan->any_eager()) {
-    // Each variant group's cell runs on the combination the gear set gives
-    // it, or (sparse, no combination) uncompiled at its extents.
-    plan->joint_ = true;
-    const DimensionPlan& a = plan->dimensions_[0];
-    const DimensionPlan& b = plan->dimensions_[1];
-    for (int i = 0; i < a.num_groups; ++i) {
-      for (int j = 0; j < b.num_groups; ++j) {
-        Plan::JointGroup& jg = plan->joint_groups_[i * b.num_groups + j];
-        const GearCombination* c =
-            gears.CombinationForCell(gears.MapToGearIndex(0, a.groups[i].gear), gears.MapToGearIndex(1, b.groups[j].gear));
-        jg.eager = c == nullptr;
-        jg.gear[0] = c ? (*c)[0] : a.groups[i].extent;
-        jg.gear[1] = c ? (*c)[1] : b.groups[j].extent;
-      }
+  if (gears.scheme() != GearScheme::kIndependent) Plan::AssignCombinations(gears, plan);
+  return absl::OkStatus();
+}
+
+void Plan::AssignCombinations(const GearSet& gears, Plan* plan) {
+  if (plan->any_eager()) return;  // an eager dimension runs the whole request uncompiled
+  // Each variant group's cell runs on the combination the gear set gives
+  // it, or (no combination serves it) uncompiled at its extents.
+  plan->joint_ = true;
+  const DimensionPlan& a = plan->dimensions_[0];
+  const DimensionPlan& b = plan->dimensions_[1];
+  for (int i = 0; i < a.num_groups; ++i) {
+    for (int j = 0; j < b.num_groups; ++j) {
+      JointGroup& jg = plan->joint_groups_[i * b.num_groups + j];
+      const GearCombination* c =
+          gears.CombinationForCell(gears.MapToGearIndex(0, a.groups[i].gear), gears.MapToGearIndex(1, b.groups[j].gear));
+      jg.eager = c == nullptr;
+      jg.gear[0] = c ? (*c)[0] : a.groups[i].extent;
+      jg.gear[1] = c ? (*c)[1] : b.groups[j].extent;
     }
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<Plan> MakePlan(const GearSet& gears, std::span<const int64_t> raw) {

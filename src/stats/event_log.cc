@@ -1,5 +1,6 @@
 #include "src/stats/event_log.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace gearbox::internal {
@@ -68,21 +69,25 @@ size_t EventLog::AppendPlan(const Plan& plan, double time) noexcept {
   SpinLockHolder lock(&shard.mu);
   const int groups = plan.num_variant_groups();
   for (int i = 0; i < groups; ++i) {
-    VariantGroup vg;  // one group of an independent set, the common case: all group indexes 0
-    if (groups == 1 && plan.scheme() == GearScheme::kIndependent) {
-      vg.count = plan.num_variants();
-    } else {
-      vg = plan.variant_group(i);
+    // The event names the group of each dimension (its raw size and cell
+    // gear: DimensionPlan::event_raw / event_gear) and how many variants.
+    // One group, the common case: every group index is 0.
+    int group[kMaxDimensions] = {};
+    int64_t count = plan.num_variants();
+    if (groups > 1) {
+      const VariantGroup vg = plan.variant_group(i);
+      std::copy(vg.group, vg.group + num_dimensions_, group);
+      count = vg.count;
     }
     if (shard.active == nullptr) shard.active = TakeEmpty();
     int64_t* e = shard.active->Next();
     ++shard.appended;
     e[0] = std::bit_cast<int64_t>(time);
-    e[1] = vg.count;
+    e[1] = count;
     for (int d = 0; d < num_dimensions_; ++d) {
       const DimensionPlan& dp = plan.dimension(d);
-      e[2 + 2 * d] = dp.event_raw(vg.group[d]);
-      e[3 + 2 * d] = plan.event_gear(vg, d);
+      e[2 + 2 * d] = dp.event_raw(group[d]);
+      e[3 + 2 * d] = dp.event_gear(group[d]);
     }
     if (shard.active->full()) {
       waiting = HandOff(shard.active);
