@@ -4,7 +4,7 @@
 #  2. clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer and
 #     -Wthread-safety (warnings as errors): every test, then each libFuzzer
 #     harness for FUZZ_SECONDS (default 20) from its seed corpus;
-#  3. clang-14 with ThreadSanitizer: the concurrency, fault and executor tests
+#  3. clang-14 with ThreadSanitizer: the concurrency, fault, executor and joint tests
 #     (not oneDNN's: its OpenMP runtime is not instrumented).
 # The sanitizer builds use -O1 with line tables only: full stack traces at
 # about half the compile time of -O2 -g.
@@ -51,8 +51,8 @@ CXX=clang++-14 cmake -S . -B build-tsan -G Ninja "${sanitizer_flags[@]}" \
   -DGEARBOX_WERROR=ON -DGEARBOX_SANITIZE=thread -DGEARBOX_BUILD_BENCHMARKS=OFF \
   -DGEARBOX_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target stress_test snapshot_store_test worker_test \
-  pool_test runtime_test fault_injection_test executor_test
+  pool_test runtime_test fault_injection_test executor_test joint_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure --no-tests=error -j "$jobs" \
-  -R '^(Policies/Stress|SnapshotStore|Worker|Pool|Runtime|Faults|All/ProbeFaults|Executor)\.'
+  -R '^(Policies/Stress|SnapshotStore|Worker|Pool|Runtime|Faults|All/ProbeFaults|Executor|Joint)\.'
 stage "all tests passed"

@@ -56,11 +56,14 @@ inline constexpr int64_t kMaxVariantsPerRequest = int64_t{1} << 30;
 // Identical variants, as one group index per dimension and how many they
 // are, and the shape they run at: `gear` per dimension (a joint gear set's
 // combination, or the exact extents of a variant that runs uncompiled).
+// Plain data, filled by Plan::variant_group for the plan's dimensions only
+// (the entries beyond them are unspecified: not zeroed, it is on the
+// request path).
 struct VariantGroup {
-  int group[kMaxDimensions] = {};
-  int64_t count = 0;
-  int64_t gear[kMaxDimensions] = {};
-  bool eager = false;  // runs uncompiled
+  int group[kMaxDimensions];
+  int64_t count;
+  int64_t gear[kMaxDimensions];
+  bool eager;  // runs uncompiled
 };
 
 class Plan {

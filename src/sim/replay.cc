@@ -1,5 +1,6 @@
 #include "gearbox/replay.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -266,6 +267,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   const size_t rows = trace.rows();
   const size_t progress_step = std::max<size_t>(1, rows / 100);
   Plan plan;
+  std::array<VariantGroup, size_t{1} << kMaxDimensions> variant_groups;
   Combo combo;
   combo.n = n;
   for (size_t i = 0; i < rows; ++i) {
@@ -287,9 +289,16 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     if (plan.any_split()) ++result.split_requests;
     if (plan.any_uncompiled()) ++result.eager_requests;
     result.variants += static_cast<uint64_t>(plan.num_variants());
+    // The plan's variant groups, once (at most 2^dimensions).
+    const int groups = plan.num_variant_groups();
+    for (int g = 0; g < groups; ++g) variant_groups[static_cast<size_t>(g)] = plan.variant_group(g);
     // Compile each gear combination the plan runs that is not alive.
-    for (int g = 0, groups = plan.num_variant_groups(); g < groups; ++g) {
-      const VariantGroup vg = plan.variant_group(g);
+    double padded = 0;
+    for (int g = 0; g < groups; ++g) {
+      const VariantGroup& vg = variant_groups[static_cast<size_t>(g)];
+      double volume = static_cast<double>(vg.count);
+      for (int d = 0; d < n; ++d) volume *= static_cast<double>(vg.gear[d]);
+      padded += volume;
       if (vg.eager) continue;  // runs uncompiled
       for (int d = 0; d < n; ++d) combo.gear[d] = vg.gear[d];
       if (graphs.alive.count(combo)) continue;
@@ -309,16 +318,15 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
       // variants ran on (their mean, when a joint set's combinations differ).
       const DimensionPlan& dp = plan.dimension(d);
       double gear_sum = 0;
-      for (int g = 0, groups = plan.num_variant_groups(); g < groups; ++g) {
-        const VariantGroup vg = plan.variant_group(g);
+      for (int g = 0; g < groups; ++g) {
+        const VariantGroup& vg = variant_groups[static_cast<size_t>(g)];
         gear_sum += static_cast<double>(vg.count) * static_cast<double>(vg.gear[d]);
       }
       result.dimension_padded[d] +=
           static_cast<double>(dp.num_chunks()) * gear_sum / static_cast<double>(plan.num_variants());
       result.dimension_raw[d] += static_cast<double>(dp.raw);
     }
-    const double padded = plan.padded_volume();
-    const double raw = plan.raw_volume();
+    const double raw = plan.raw_volume();  // padded: summed above (Plan::padded_volume)
     result.padded_volume += padded;
     result.raw_volume += raw;
     const size_t bucket = static_cast<size_t>((t - t0) / options.timeline_bucket_seconds);
