@@ -291,7 +291,7 @@ int RunReplay(const ReplayFlags& f) {
                                 f.size_scale > 1 ? fmt::format(", sizes divided by {}", f.size_scale) : "");
     auto erow = [&](const std::string& label, auto cell) {
       t += fmt::format("  {:<34}", label);
-      for (const ExecutedReplayResult& r : executed) t += fmt::format("{:>16}", cell(r));
+      for (const ExecutedReplayResult& r : executed) t += fmt::format("{:>19}", cell(r));
       t += '\n';
     };
     erow("", [](const ExecutedReplayResult& r) { return r.policy; });
