@@ -55,7 +55,7 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
   EXPECT_EQ(c->replan.warmup_check_seconds, 5);
   EXPECT_EQ(c->replan.max_changes_per_update, 4);
   EXPECT_EQ(c->replan.tail_ratio, 3);
-  EXPECT_EQ(c->replan.min_gear_lifetime_seconds, 3600);  // untouched default
+  EXPECT_EQ(c->replan.min_gear_lifetime_seconds, ReplanOptions{}.min_gear_lifetime_seconds);  // untouched default
 }
 
 TEST(Config, ParsesJointGearSets) {

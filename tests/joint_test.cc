@@ -228,7 +228,7 @@ TEST(Joint, StationaryTrafficDoesNotFlap) {
         if (update > 10) ++compiles_after_warmup;
       }
       if (c.action == "drop" && compiled_at.count(c.combination)) {
-        EXPECT_GE(record->time - compiled_at[c.combination].back(), 3600.0)
+        EXPECT_GE(record->time - compiled_at[c.combination].back(), ReplanOptions{}.min_gear_lifetime_seconds)
             << c.combination[0] << "x" << c.combination[1] << " dropped early";
       }
     }

@@ -35,9 +35,14 @@ struct ReplanOptions {
   // horizon: its memory, its slot). Between the two, nothing moves.
   double min_gain_ratio = 1.5;
   double gear_holding_seconds = 1.0;
-  // A gear the policy added is not removed within this many seconds, unless
-  // memory is high (so no gear is added and evicted within the hour).
-  double min_gear_lifetime_seconds = 3600.0;
+  // A gear the policy added (that still carries traffic) is not removed
+  // within this many seconds, unless memory is high: noise cannot flap it.
+  // Forty minutes (eight windows): long enough that no gear was added and
+  // evicted twice within an hour in any replay, short enough that gears
+  // planned before a shift give their slots back within the hour
+  // (docs/POLICY.md). With several dimensions a gear is a row of graphs;
+  // a longer lifetime pays there (data/configs/decode_times.json: 3600).
+  double min_gear_lifetime_seconds = 2400.0;
   // A gear removed within this many seconds comes back only at twice the gain.
   double readd_cooldown_seconds = 3600.0;
   // Above the planned gears, consecutive gears are at most this ratio apart
