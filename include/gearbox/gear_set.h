@@ -107,32 +107,15 @@ class GearSet {
   bool Contains(int d, int64_t gear) const;
   // The gear a raw size maps to: the smallest gear >= raw (the smallest gear
   // for any raw at or below it). Returns -1 when raw exceeds the largest gear.
-  // Branch-free binary search: request sizes are unpredictable.
   int64_t MapToGear(int d, int64_t raw) const {
-    const std::vector<int64_t>& g = dimensions_[d].gears;
-    if (raw > g.back()) return -1;
-    const int64_t* base = g.data();
-    size_t n = g.size();
-    while (n > 1) {
-      const size_t half = n / 2;
-      base = (base[half - 1] < raw) ? base + half : base;
-      n -= half;
-    }
-    return *base;
+    const int64_t* gear = FindGear(d, raw);
+    return gear == nullptr ? -1 : *gear;
   }
 
   // The index of MapToGear's gear in gears(d), or -1 above the largest.
   int MapToGearIndex(int d, int64_t raw) const {
-    const std::vector<int64_t>& g = dimensions_[d].gears;
-    if (raw > g.back()) return -1;
-    const int64_t* base = g.data();
-    size_t n = g.size();
-    while (n > 1) {
-      const size_t half = n / 2;
-      base = (base[half - 1] < raw) ? base + half : base;
-      n -= half;
-    }
-    return static_cast<int>(base - g.data());
+    const int64_t* gear = FindGear(d, raw);
+    return gear == nullptr ? -1 : static_cast<int>(gear - dimensions_[d].gears.data());
   }
 
   GearScheme scheme() const { return scheme_; }
@@ -164,6 +147,21 @@ class GearSet {
 
  private:
   GearSet() = default;
+  // The smallest gear >= raw (the smallest for any raw at or below it), or
+  // nullptr above the largest. Branch-free binary search: request sizes are
+  // unpredictable.
+  const int64_t* FindGear(int d, int64_t raw) const {
+    const std::vector<int64_t>& g = dimensions_[d].gears;
+    if (raw > g.back()) return nullptr;
+    const int64_t* base = g.data();
+    size_t n = g.size();
+    while (n > 1) {
+      const size_t half = n / 2;
+      base = (base[half - 1] < raw) ? base + half : base;
+      n -= half;
+    }
+    return base;
+  }
   std::vector<DimensionSpec> dimensions_;
   GearScheme scheme_ = GearScheme::kIndependent;
   std::vector<GearCombination> combinations_;

@@ -237,8 +237,16 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"warmup_check_seconds", &o->warmup_check_seconds},
       {"uncompiled_slowdown", &o->uncompiled_slowdown},
   };
-  std::set<std::string> allowed = {"max_changes_per_update", "max_combinations"};
+  struct IntKey {
+    const char* key;
+    int* field;
+    int64_t max;
+  };
+  const IntKey integers[] = {{"max_changes_per_update", &o->max_changes_per_update, 1024},
+                             {"max_combinations", &o->max_combinations, 4096}};
+  std::set<std::string> allowed;
   for (const auto& k : numbers) allowed.insert(k.key);
+  for (const auto& k : integers) allowed.insert(k.key);
   if (auto s = CheckKeys(r, "replan", allowed); !s.ok()) return s;
   for (const auto& k : numbers) {
     if (!r.contains(k.key)) continue;
@@ -246,21 +254,13 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
     if (!v.ok()) return v.status();
     *k.field = *v;
   }
-  if (r.contains("max_changes_per_update")) {
-    auto v = GetInt(r["max_changes_per_update"], "replan.max_changes_per_update");
+  for (const auto& k : integers) {
+    if (!r.contains(k.key)) continue;
+    const std::string field = Cat("replan.", k.key);
+    auto v = GetInt(r[k.key], field);
     if (!v.ok()) return v.status();
-    if (*v < 1 || *v > 1024) {
-      return internal::InvalidFieldValue("replan.max_changes_per_update", *v, "an integer in [1, 1024]");
-    }
-    o->max_changes_per_update = static_cast<int>(*v);
-  }
-  if (r.contains("max_combinations")) {
-    auto v = GetInt(r["max_combinations"], "replan.max_combinations");
-    if (!v.ok()) return v.status();
-    if (*v < 1 || *v > 4096) {
-      return internal::InvalidFieldValue("replan.max_combinations", *v, "an integer in [1, 4096]");
-    }
-    o->max_combinations = static_cast<int>(*v);
+    if (*v < 1 || *v > k.max) return internal::InvalidFieldValue(field, *v, Cat("an integer in [1, ", k.max, "]"));
+    *k.field = static_cast<int>(*v);
   }
   return ValidateReplanOptions(*o);
 }
