@@ -7,8 +7,8 @@
 #define GEARBOX_EXECUTED_REPLAY_H_
 
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "gearbox/backend.h"

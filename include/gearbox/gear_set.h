@@ -90,7 +90,7 @@ class GearSet {
  public:
   // Validates names (unique, [A-Za-z0-9_.-]+), gear lists and flags, and
   // for joint and sparse sets the combinations (two dimensions; each
-  // coordinate a gear; joint: the largest gears are a combination).
+  // coordinate a gear of its dimension; cover_ratio >= 1).
   static absl::StatusOr<GearSet> Create(std::vector<DimensionSpec> dimensions,
                                         uint64_t version = 1, double created_at = 0.0,
                                         CombinationSpec combinations = {});
@@ -123,7 +123,8 @@ class GearSet {
   const std::vector<GearCombination>& combinations() const { return combinations_; }
   double cover_ratio() const { return cover_ratio_; }
   // Joint and sparse: the combination the cell (gear index per dimension)
-  // runs on, or nullptr when it runs uncompiled (sparse). One table lookup.
+  // runs on, or nullptr when none serves it (it runs uncompiled). One table
+  // lookup.
   const GearCombination* CombinationForCell(int index0, int index1) const {
     const int c = cell_combination_[static_cast<size_t>(index0) * dimensions_[1].gears.size() +
                                     static_cast<size_t>(index1)];

@@ -77,8 +77,8 @@ class Plan {
   bool any_split() const;
   // Some dimension runs above its largest gear at its exact size.
   bool any_eager() const;
-  // Some variant runs uncompiled: an eager dimension, or a sparse gear set's
-  // cell without a compiled combination.
+  // Some variant runs uncompiled: an eager dimension, or a joint or sparse
+  // gear set's cell that no compiled combination serves.
   bool any_uncompiled() const;
 
   // Groups of identical variants (at most 2^num_dimensions), for recording

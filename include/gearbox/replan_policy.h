@@ -61,8 +61,8 @@ struct ReplanOptions {
   // first plan should not wait a whole check interval.
   double warmup_check_seconds = 10.0;
   // Joint and sparse gear sets (gear_set.h): at most this many compiled
-  // combinations, and (sparse) how many times slower a variant runs
-  // uncompiled than on a graph of its exact size.
+  // combinations, and how many times slower a variant runs uncompiled than
+  // on a graph of its exact size.
   int max_combinations = 256;
   double uncompiled_slowdown = 2.0;
 };

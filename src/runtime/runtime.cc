@@ -29,9 +29,6 @@ void RecordCombinations(const GearSet& before, const GearSet& after, UpdateRecor
   std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(record->combinations_removed));
 }
 
-}  // namespace
-namespace {
-
 // Full buffers allowed to wait for the worker before a recording thread
 // folds them itself (bounds memory when the worker falls behind).
 constexpr size_t kMaxWaitingBuffers = 64;
