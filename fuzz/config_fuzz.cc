@@ -13,10 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (config.status().message().empty()) __builtin_trap();  // errors always say why
     return 0;
   }
-  gearbox::CombinationSpec spec{config->scheme, config->combinations, config->cover_ratio};
-  if (spec.scheme != gearbox::GearScheme::kIndependent && spec.combinations.empty()) {
-    spec.combinations = gearbox::EveryCombination(config->dims[0].gears, config->dims[1].gears);
-  }
+  const gearbox::CombinationSpec spec = gearbox::InitialCombinations(
+      config->dims, {config->scheme, config->combinations, config->cover_ratio});
   if (!gearbox::GearSet::Create(config->dims, 1, 0.0, spec).ok()) __builtin_trap();
   if (!gearbox::ValidateAdaptiveOptions(config->adaptive).ok()) __builtin_trap();
   if (!gearbox::ValidateReplanOptions(config->replan).ok()) __builtin_trap();

@@ -164,7 +164,12 @@ TEST(GearSet, CombinationsAreValidatedAndFollowTheGears) {
   EXPECT_THAT(message({GearScheme::kIndependent, {{4, 512}}, 4}), HasSubstr("joint and sparse schemes only"));
   EXPECT_THAT(message({GearScheme::kJoint, {{4, 512}}, 4}, {{"SEQLEN", {512}}}), HasSubstr("exactly 2 dimensions"));
   EXPECT_THAT(std::string(ParseGearScheme("diagonal").status().message()), HasSubstr("scheme: \"diagonal\""));
-  EXPECT_EQ(EveryCombination(std::vector<int64_t>{1, 2}, std::vector<int64_t>{8}).size(), 2u);
+  // Starting combinations: none named means every cell; named ones are kept.
+  EXPECT_THAT(InitialCombinations({{"A", {1, 2}}, {"B", {8}}}, {GearScheme::kSparse, {}, 1}).combinations,
+              ElementsAre(GearCombination{1, 8}, GearCombination{2, 8}));
+  EXPECT_THAT(InitialCombinations({{"A", {1, 2}}, {"B", {8}}}, {GearScheme::kJoint, {{2, 8}}, 4}).combinations,
+              ElementsAre(GearCombination{2, 8}));
+  EXPECT_TRUE(InitialCombinations({{"A", {1, 2}}, {"B", {8}}}, {}).combinations.empty());
 
   auto set = *GearSet::Create(Grid(), 1, 0, {GearScheme::kJoint, {{4, 512}, {16, 2048}}, 4.0});
   // New gear lists keep the combinations whose gears all remain.

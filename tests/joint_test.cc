@@ -191,6 +191,10 @@ TEST(Joint, TheReplanPolicyCompilesTheCombinationsTrafficPaysFor) {
   JointFixture j(GearScheme::kJoint, {{16, 2048}}, dear);
   for (int i = 0; i < 6000; ++i) j.Request(16, 2048, i * 0.05);
   for (int i = 0; i < 2; ++i) j.Request(16, 512, 100 + i * 100.0);
+  // Their events count for the cell's gear (512), not the combination's (2048).
+  const WindowStats stats = j.runtime->BuildStatsSnapshot(300);
+  EXPECT_EQ(stats.dimensions[1].gears[0].gear, 512);
+  EXPECT_EQ(stats.dimensions[1].gears[0].sample_count, 2u);
   record = j.runtime->RunOnce(300);
   ASSERT_TRUE(record.ok());
   EXPECT_THAT(record->combinations_after, ElementsAre(GearCombination{16, 2048}));

@@ -186,7 +186,6 @@ TEST(MakePlan, JointSetsRunEachVariantOnItsCombination) {
   const int64_t raw[] = {19, 50};
   auto plan = MakePlan(gears, raw);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->scheme(), GearScheme::kJoint);
   const std::vector<Variant> v = Variants(*plan);
   ASSERT_EQ(v.size(), 3u);
   // Full chunks: cell (8, 64) is compiled. The remainder's cell (4, 64) is
@@ -202,8 +201,8 @@ TEST(MakePlan, JointSetsRunEachVariantOnItsCombination) {
   // Events record the cell's gears: where the traffic is.
   const VariantGroup rest = plan->variant_group(1);
   EXPECT_EQ(rest.count, 1);
-  EXPECT_EQ(plan->event_gear(rest, 0), 4);
-  EXPECT_EQ(plan->event_gear(rest, 1), 64);
+  EXPECT_EQ(plan->dimension(0).event_gear(rest.group[0]), 4);
+  EXPECT_EQ(plan->dimension(1).event_gear(rest.group[1]), 64);
   EXPECT_EQ(plan->dimension(0).event_raw(1), 3);
 
   // 4 x 256: cell (4, 256) itself, no copy needed.
@@ -238,8 +237,8 @@ TEST(MakePlan, SparseSetsRunUncoveredCellsUncompiledAtTheirExtents) {
   // The uncompiled variant's event too is recorded against its cell's gears.
   const VariantGroup rest = plan->variant_group(1);
   EXPECT_TRUE(rest.eager);
-  EXPECT_EQ(plan->event_gear(rest, 0), 4);
-  EXPECT_EQ(plan->event_gear(rest, 1), 64);
+  EXPECT_EQ(plan->dimension(0).event_gear(rest.group[0]), 4);
+  EXPECT_EQ(plan->dimension(1).event_gear(rest.group[1]), 64);
 }
 
 }  // namespace

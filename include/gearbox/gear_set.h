@@ -69,8 +69,7 @@ inline constexpr int kJointDimensions = 2;
 // A compiled combination: one gear per dimension.
 using GearCombination = std::array<int64_t, kJointDimensions>;
 
-// Every cell of the grid of `a` x `b`: the combinations a joint or sparse
-// gear set starts with unless told otherwise (as many graphs as independent).
+// Every cell of the grid of `a` x `b`.
 std::vector<GearCombination> EveryCombination(std::span<const int64_t> a, std::span<const int64_t> b);
 
 // The compiled combinations of a joint or sparse gear set.
@@ -83,6 +82,12 @@ struct CombinationSpec {
   // (>= 1; infinity: any covering combination). Sparse: always 1.
   double cover_ratio = 4.0;
 };
+
+// A gear set's starting combinations as a runtime or config names them:
+// for a joint or sparse set of two dimensions, no combinations means every
+// cell of the initial gears (as many graphs as independent; the policy then
+// keeps what the traffic pays for).
+CombinationSpec InitialCombinations(const std::vector<DimensionSpec>& dimensions, CombinationSpec spec);
 
 // An immutable gear set with a version: the snapshot requests plan against.
 // Value type; cheap to read concurrently because nothing in it ever changes.

@@ -35,7 +35,10 @@ struct DimensionPlan {
   // a split records the whole request size against the largest gear (so the
   // split-driven rule proposes the median oversize request); a remainder or
   // a padded request records its own size against its own gear; an eager
-  // request records its size against the largest gear as overflow.
+  // request records its size against the largest gear as overflow. In a
+  // joint or sparse set this is the cell's gear, whatever combination the
+  // variant ran on (the combination is the graph; the cell is where the
+  // traffic is).
   int64_t event_raw(int g) const { return split && g == 0 ? raw : groups[g].extent; }
   int64_t event_gear(int g) const { return eager ? max_gear : groups[g].gear; }
 };
@@ -85,15 +88,8 @@ class Plan {
   // one event per executed variant without visiting each chunk.
   int num_variant_groups() const { return num_variant_groups_; }
   VariantGroup variant_group(int index) const;
-  // What the statistics record as the gear of dimension d for group `vg`
-  // (DimensionPlan::event_gear): the gear its size maps to, which for a
-  // joint or sparse set is its cell's, whatever combination it ran on (the
-  // combination is the graph; the cell is where the traffic is), and the
-  // largest gear as overflow for an eager dimension.
-  int64_t event_gear(const VariantGroup& vg, int d) const { return dimensions_[d].event_gear(vg.group[d]); }
   // One variant, compiled, exactly at the request's sizes (no copy needed).
   bool exact() const;
-  GearScheme scheme() const { return scheme_; }
 
   // Visits every executed variant, the last dimension varying fastest.
   template <typename Visitor>
@@ -116,7 +112,6 @@ class Plan {
     bool eager;
   };
   uint64_t snapshot_version_ = 0;
-  GearScheme scheme_ = GearScheme::kIndependent;
   bool joint_ = false;  // scheme_ is joint or sparse, and no dimension is eager
   JointGroup joint_groups_[1 << kJointDimensions];
   int num_dimensions_ = 0;

@@ -62,7 +62,7 @@ struct RuntimeOptions {
   // initial gears.
   GearScheme scheme = GearScheme::kIndependent;
   std::vector<GearCombination> combinations;
-  double cover_ratio = 4.0;  // joint: CombinationSpec::cover_ratio
+  double cover_ratio = CombinationSpec{}.cover_ratio;  // joint: how much larger than a cell its graph may be
   // Time source; null means SystemClock::Default(). Not owned.
   Clock* clock = nullptr;
   // Memory usage source; null disables memory-pressure handling. Not owned.

@@ -408,12 +408,11 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
       config.cover_ratio = *v;
     }
   }
-  {
-    CombinationSpec spec{config.scheme, config.combinations, config.cover_ratio};
-    if (spec.scheme != GearScheme::kIndependent && spec.combinations.empty() && config.dims.size() == kJointDimensions) {
-      spec.combinations = EveryCombination(config.dims[0].gears, config.dims[1].gears);
-    }
-    if (auto set = GearSet::Create(config.dims, 1, 0.0, std::move(spec)); !set.ok()) return set.status();
+  if (auto set = GearSet::Create(
+          config.dims, 1, 0.0,
+          InitialCombinations(config.dims, {config.scheme, config.combinations, config.cover_ratio}));
+      !set.ok()) {
+    return set.status();
   }
   if (root.contains("adaptive")) {
     if (auto s = ParseAdaptive(root["adaptive"], &config.adaptive); !s.ok()) return s;

@@ -77,6 +77,14 @@ std::vector<GearCombination> EveryCombination(std::span<const int64_t> a, std::s
   return out;
 }
 
+CombinationSpec InitialCombinations(const std::vector<DimensionSpec>& dimensions, CombinationSpec spec) {
+  if (spec.scheme != GearScheme::kIndependent && spec.combinations.empty() &&
+      dimensions.size() == kJointDimensions) {
+    spec.combinations = EveryCombination(dimensions[0].gears, dimensions[1].gears);
+  }
+  return spec;
+}
+
 std::string_view GearSchemeName(GearScheme scheme) {
   switch (scheme) {
     case GearScheme::kIndependent: return "independent";

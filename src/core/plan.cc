@@ -87,7 +87,6 @@ absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* 
                                   internal::Cat("one size per dimension (", n, ")"));
   }
   plan->snapshot_version_ = gears.version();
-  plan->scheme_ = gears.scheme();
   plan->joint_ = false;
   plan->num_dimensions_ = n;
   plan->num_variant_groups_ = 1;

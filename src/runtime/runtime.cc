@@ -97,17 +97,13 @@ absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> AdaptiveGearRuntime::Create
                                        "an integer in [1, 1048576]");
   }
   Clock* clock = options.clock != nullptr ? options.clock : SystemClock::Default();
-  CombinationSpec combinations{options.scheme, options.combinations, options.cover_ratio};
-  if (options.scheme != GearScheme::kIndependent) {
-    if (options.policy != UpdatePolicy::kReplan) {
-      return internal::InvalidField("scheme", internal::Cat("\"", GearSchemeName(options.scheme), "\""),
-                                    "joint and sparse gear sets need the replan policy (the adaptive policy "
-                                    "plans each dimension alone)");
-    }
-    if (combinations.combinations.empty() && dimensions.size() == kJointDimensions) {
-      combinations.combinations = EveryCombination(dimensions[0].gears, dimensions[1].gears);
-    }
+  if (options.scheme != GearScheme::kIndependent && options.policy != UpdatePolicy::kReplan) {
+    return internal::InvalidField("scheme", internal::Cat("\"", GearSchemeName(options.scheme), "\""),
+                                  "joint and sparse gear sets need the replan policy (the adaptive policy "
+                                  "plans each dimension alone)");
   }
+  CombinationSpec combinations =
+      InitialCombinations(dimensions, {options.scheme, options.combinations, options.cover_ratio});
   auto initial = GearSet::Create(std::move(dimensions), 1, clock->NowSeconds(), std::move(combinations));
   if (!initial.ok()) return initial.status();
   for (int d = 0; d < initial->num_dimensions(); ++d) {
