@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "gearbox/log.h"
+#include "gearbox/graph_key.h"
 #include "gearbox/mutex.h"
 
 namespace gearbox {
@@ -50,8 +51,6 @@ class GraphResource {
   // beyond what the destructor frees.
   virtual absl::Status Release() { return absl::OkStatus(); }
 };
-
-using GraphKey = uint64_t;
 
 struct PoolOptions {
   // Attempts at releasing a resource before it is abandoned.

@@ -15,7 +15,7 @@
 
 #include "gearbox/gear_set.h"
 #include "gearbox/options.h"
-#include "gearbox/resource_pool.h"
+#include "gearbox/graph_key.h"
 #include "gearbox/stats.h"
 #include "src/stats/event_log.h"
 #include "src/stats/gear_window.h"
