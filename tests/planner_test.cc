@@ -198,21 +198,21 @@ TEST(CostModel, DpMatchesExhaustiveSearchUnderTheModel) {
 TEST(JointPlans, SchemesOnAHandCheckedGrid) {
   // Two clusters on the diagonal: (small, small) and (large, large).
   std::vector<Size2D> sizes = {{2, 10, 50}, {4, 12, 50}, {60, 900, 50}, {64, 1000, 50}};
-  auto independent = PlanJoint(sizes, 2, JointScheme::kIndependent);
-  auto joint = PlanJoint(sizes, 2, JointScheme::kJoint);
-  auto sparse = PlanJoint(sizes, 2, JointScheme::kSparse);
+  auto independent = PlanJoint(sizes, 2, GearScheme::kIndependent);
+  auto joint = PlanJoint(sizes, 2, GearScheme::kJoint);
+  auto sparse = PlanJoint(sizes, 2, GearScheme::kSparse);
   ASSERT_TRUE(independent.ok() && joint.ok() && sparse.ok());
   // With 2 graphs, the joint plan finds the two clusters' corners exactly.
-  EXPECT_THAT(joint->graphs, ElementsAre(std::make_pair(int64_t{4}, int64_t{12}),
-                                         std::make_pair(int64_t{64}, int64_t{1000})));
+  EXPECT_THAT(joint->graphs, ElementsAre(GearCombination{4, 12},
+                                         GearCombination{64, 1000}));
   EXPECT_LE(joint->padded, independent->padded);
   EXPECT_LE(static_cast<int>(independent->graphs.size()), 2);
   EXPECT_DOUBLE_EQ(joint->raw, 50.0 * (20 + 48 + 54000 + 64000));
   EXPECT_DOUBLE_EQ(joint->padded, 50.0 * (48 + 48 + 64000 + 64000));
   EXPECT_LE(static_cast<int>(sparse->graphs.size()), 2);
   EXPECT_GE(sparse->fallback_share, 0.0);
-  EXPECT_FALSE(PlanJoint({}, 2, JointScheme::kJoint).ok());
-  EXPECT_FALSE(PlanJoint(sizes, 0, JointScheme::kJoint).ok());
+  EXPECT_FALSE(PlanJoint({}, 2, GearScheme::kJoint).ok());
+  EXPECT_FALSE(PlanJoint(sizes, 0, GearScheme::kJoint).ok());
 }
 
 }  // namespace

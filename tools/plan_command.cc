@@ -60,13 +60,13 @@ int RunJoint(const PlanFlags& f) {
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   std::string text = fmt::format("{} x {}: {} rows, {} distinct pairs, at most {} compiled graphs\n", a, b,
                                  trace->rows(), sizes.size(), f.graphs);
-  for (JointScheme scheme : {JointScheme::kIndependent, JointScheme::kJoint, JointScheme::kSparse}) {
+  for (GearScheme scheme : {GearScheme::kIndependent, GearScheme::kJoint, GearScheme::kSparse}) {
     auto p = PlanJoint(sizes, f.graphs, scheme, f.seed);
     if (!p.ok()) return Fail(std::string(p.status().message()));
     text += fmt::format("  {:<12} {:>4} graphs  waste {:>8.2f}%  uncompiled requests {:>6.2f}%\n",
-                        JointSchemeName(scheme), p->graphs.size(), 100.0 * p->waste(), 100.0 * p->fallback_share);
+                        GearSchemeName(scheme), p->graphs.size(), 100.0 * p->waste(), 100.0 * p->fallback_share);
     nlohmann::ordered_json j;
-    j["scheme"] = JointSchemeName(scheme);
+    j["scheme"] = GearSchemeName(scheme);
     j["graphs"] = p->graphs.size();
     j["padding_waste"] = p->waste();
     j["uncompiled_share"] = p->fallback_share;

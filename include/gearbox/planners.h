@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gearbox/gear_set.h"
 
 namespace gearbox {
 
@@ -121,17 +122,14 @@ struct Size2D {
   double count = 1.0;
 };
 
-enum class JointScheme {
-  kIndependent,  // a gear list per dimension; a graph per combination used
-  kJoint,        // G gear combinations chosen together (k-means++ then Lloyd)
-  kSparse,       // a fine independent grid, compiling only the combinations that
-                 // carry most traffic; the rest run uncompiled at their exact size
-};
-std::string_view JointSchemeName(JointScheme scheme);
-
+// Offline plans for the three gear schemes (gear_set.h): kIndependent, a gear
+// list per dimension and a graph per combination used; kJoint, G combinations
+// chosen together (k-means++ then Lloyd); kSparse, a fine independent grid
+// compiling only the combinations that carry most traffic, the rest run
+// uncompiled at their exact size.
 struct JointPlan {
-  JointScheme scheme = JointScheme::kIndependent;
-  std::vector<std::pair<int64_t, int64_t>> graphs;  // compiled combinations
+  GearScheme scheme = GearScheme::kIndependent;
+  std::vector<GearCombination> graphs;  // compiled combinations
   double padded = 0.0;          // sum of count x product of the combination served on
   double raw = 0.0;             // sum of count x a x b
   double fallback_share = 0.0;  // share of requests run uncompiled (sparse)
@@ -145,7 +143,7 @@ struct JointPlan {
 // assigning each request to its cheapest covering combination; sparse: a
 // 32 x 32 independent grid, keeping the combinations that carry the most
 // traffic.
-absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs, JointScheme scheme,
+absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs, GearScheme scheme,
                                     uint64_t seed = 1);
 
 }  // namespace gearbox

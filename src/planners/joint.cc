@@ -12,7 +12,7 @@ namespace gearbox {
 namespace {
 
 using internal::Cat;
-using Combo = std::pair<int64_t, int64_t>;
+using Combo = GearCombination;
 
 SizeHistogram Marginal(const std::vector<Size2D>& sizes, bool first) {
   std::map<int64_t, double> m;
@@ -31,14 +31,14 @@ int64_t MapUp(const std::vector<int64_t>& gears, int64_t v) {
 
 // Serves every request on the grid of `ga` x `gb`; fills the plan.
 JointPlan OnGrid(const std::vector<Size2D>& sizes, const std::vector<int64_t>& ga, const std::vector<int64_t>& gb,
-                 JointScheme scheme) {
+                 GearScheme scheme) {
   JointPlan p;
   p.scheme = scheme;
   std::map<Combo, double> used;
   for (const Size2D& s : sizes) {
     const Combo c{MapUp(ga, s.a), MapUp(gb, s.b)};
     used[c] += s.count;
-    p.padded += s.count * static_cast<double>(c.first) * static_cast<double>(c.second);
+    p.padded += s.count * static_cast<double>(c[0]) * static_cast<double>(c[1]);
     p.raw += s.count * static_cast<double>(s.a) * static_cast<double>(s.b);
   }
   for (const auto& [c, n] : used) p.graphs.push_back(c);
@@ -58,7 +58,7 @@ JointPlan Independent(const std::vector<Size2D>& sizes, int max_graphs) {
     fit.padded = std::numeric_limits<double>::infinity();
     while (lo <= hi) {
       const int kb = (lo + hi) / 2;
-      JointPlan p = OnGrid(sizes, ga, OptimalGears(hb, kb, false)->gears, JointScheme::kIndependent);
+      JointPlan p = OnGrid(sizes, ga, OptimalGears(hb, kb, false)->gears, GearScheme::kIndependent);
       if (static_cast<int>(p.graphs.size()) <= max_graphs) {
         fit = p;
         lo = kb + 1;
@@ -76,7 +76,7 @@ JointPlan Independent(const std::vector<Size2D>& sizes, int max_graphs) {
 // combination to its members; neither step can raise the padded total.
 JointPlan Refine(const std::vector<Size2D>& sizes, std::vector<Combo> combos, int64_t max_a, int64_t max_b) {
   JointPlan p;
-  p.scheme = JointScheme::kJoint;
+  p.scheme = GearScheme::kJoint;
   for (int iter = 0; iter < 50; ++iter) {
     std::vector<Combo> next(combos.size(), {0, 0});
     next[0] = {max_a, max_b};
@@ -85,16 +85,16 @@ JointPlan Refine(const std::vector<Size2D>& sizes, std::vector<Combo> combos, in
       size_t best = 0;
       double bv = std::numeric_limits<double>::infinity();
       for (size_t c = 0; c < combos.size(); ++c) {
-        if (combos[c].first < s.a || combos[c].second < s.b) continue;
-        const double v = static_cast<double>(combos[c].first) * static_cast<double>(combos[c].second);
+        if (combos[c][0] < s.a || combos[c][1] < s.b) continue;
+        const double v = static_cast<double>(combos[c][0]) * static_cast<double>(combos[c][1]);
         if (v < bv) {
           bv = v;
           best = c;
         }
       }
       padded += s.count * bv;
-      next[best].first = std::max(next[best].first, s.a);
-      next[best].second = std::max(next[best].second, s.b);
+      next[best][0] = std::max(next[best][0], s.a);
+      next[best][1] = std::max(next[best][1], s.b);
     }
     p.padded = padded;
     if (next == combos) break;
@@ -102,7 +102,7 @@ JointPlan Refine(const std::vector<Size2D>& sizes, std::vector<Combo> combos, in
   }
   for (const Size2D& s : sizes) p.raw += s.count * static_cast<double>(s.a) * static_cast<double>(s.b);
   for (const Combo& c : combos) {
-    if (c.first > 0) p.graphs.push_back(c);
+    if (c[0] > 0) p.graphs.push_back(c);
   }
   std::sort(p.graphs.begin(), p.graphs.end());
   p.graphs.erase(std::unique(p.graphs.begin(), p.graphs.end()), p.graphs.end());
@@ -151,8 +151,8 @@ JointPlan Joint(const std::vector<Size2D>& sizes, int max_graphs, uint64_t seed)
         best = c;
       }
     }
-    combos[best].first = std::max(combos[best].first, s.a);
-    combos[best].second = std::max(combos[best].second, s.b);
+    combos[best][0] = std::max(combos[best][0], s.a);
+    combos[best][1] = std::max(combos[best][1], s.b);
   }
   JointPlan seeded = Refine(sizes, combos, max_a, max_b);
   // Also refine the independent grid's combinations: the joint plan is then
@@ -179,7 +179,7 @@ JointPlan SparseGrid(const std::vector<Size2D>& sizes, int max_graphs, int k) {
   std::sort(ranked.rbegin(), ranked.rend());
   std::map<Combo, bool> kept;
   JointPlan p;
-  p.scheme = JointScheme::kSparse;
+  p.scheme = GearScheme::kSparse;
   for (size_t i = 0; i < ranked.size() && static_cast<int>(i) < max_graphs; ++i) {
     kept[ranked[i].second] = true;
     p.graphs.push_back(ranked[i].second);
@@ -191,7 +191,7 @@ JointPlan SparseGrid(const std::vector<Size2D>& sizes, int max_graphs, int k) {
     p.raw += s.count * raw;
     total += s.count;
     if (kept.count(c)) {
-      p.padded += s.count * static_cast<double>(c.first) * static_cast<double>(c.second);
+      p.padded += s.count * static_cast<double>(c[0]) * static_cast<double>(c[1]);
     } else {
       p.padded += s.count * raw;  // the generic, uncompiled version: no padding
       fallback += s.count;
@@ -219,16 +219,7 @@ JointPlan Sparse(const std::vector<Size2D>& sizes, int max_graphs) {
 
 }  // namespace
 
-std::string_view JointSchemeName(JointScheme scheme) {
-  switch (scheme) {
-    case JointScheme::kIndependent: return "independent";
-    case JointScheme::kJoint: return "joint";
-    case JointScheme::kSparse: return "sparse";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs, JointScheme scheme,
+absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs, GearScheme scheme,
                                     uint64_t seed) {
   if (sizes.empty()) return absl::InvalidArgumentError("no sizes to plan for");
   if (max_graphs < 1 || max_graphs > 4096) {
@@ -240,9 +231,9 @@ absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_gr
     }
   }
   switch (scheme) {
-    case JointScheme::kIndependent: return Independent(sizes, max_graphs);
-    case JointScheme::kJoint: return Joint(sizes, max_graphs, seed);
-    case JointScheme::kSparse: return Sparse(sizes, max_graphs);
+    case GearScheme::kIndependent: return Independent(sizes, max_graphs);
+    case GearScheme::kJoint: return Joint(sizes, max_graphs, seed);
+    case GearScheme::kSparse: return Sparse(sizes, max_graphs);
   }
   return absl::InternalError("unknown scheme");
 }
