@@ -102,6 +102,40 @@ TEST_F(Cli, ReplayComparesGearSchemesOnTwoDimensions) {
   EXPECT_THAT(bad.output, HasSubstr("--scheme: \"diagonal\""));
 }
 
+TEST_F(Cli, ReplayRunsRequestedUpdatesAfterTheLastRow) {
+  // trace.csv has rows at 0..1999 s; 2500 and 3000 come after the last row.
+  const ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+                         " --policy adaptive --update-at 1000,2500,3000 --summary " + P("s.json") +
+                         " --decisions " + P("d.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream summary(P("s.json"));
+  const auto j = nlohmann::json::parse(summary);
+  EXPECT_EQ(j["updates"], 3);
+  EXPECT_EQ(j["trace_seconds"], 1999.0);
+  EXPECT_EQ(j["replay_seconds"], 3000.0);
+  std::vector<double> times;
+  std::ifstream decisions(P("d.jsonl"));
+  for (std::string line; std::getline(decisions, line);) times.push_back(nlohmann::json::parse(line)["time"]);
+  EXPECT_THAT(times, ::testing::ElementsAre(1000.0, 2500.0, 3000.0));
+}
+
+TEST_F(Cli, ExecutedReplayRunsRequestedUpdatesAfterItsLastRow) {
+  // 40 rows (0..39 s) through a tiny oneDNN block; 100 comes after the last one.
+  const ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+                         " --policy adaptive --update-at 20,100 --execute onednn --backend-param hidden=8"
+                         " --backend-param heads=2 --max-requests 40 --memory-budget-mb 64 --summary " +
+                         P("s.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("executed on onednn (40 requests)"));
+  std::ifstream summary(P("s.json"));
+  const auto j = nlohmann::json::parse(summary);
+  EXPECT_EQ(j["updates"], 2);
+  EXPECT_EQ(j["executed"]["requests"], 40);
+  EXPECT_EQ(j["executed"]["failed_requests"], 0);
+  EXPECT_EQ(j["executed"]["updates"], 2);
+  EXPECT_EQ(j["executed"]["backend"], "onednn");
+}
+
 TEST_F(Cli, BadTraceFailsWithTheLineAndLeavesNoOutputs) {
   Write("bad.csv", "t,SEQLEN\n0,4\n1,four\n");
   const ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("bad.csv") +

@@ -1,6 +1,7 @@
 #include "gearbox/replay.h"
 
 #include "gearbox/executed_replay.h"
+#include "gearbox/replay_summary.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -110,6 +111,51 @@ TEST(Replay, TheWorkerScheduleRunsInTraceTime) {
   r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(times, ElementsAre(1050.0, 1450.0));  // exactly these, sorted; no schedule
+}
+
+TEST(Replay, RequestedUpdatesAfterTheLastRowRunAndTheTimelineCoversThem) {
+  std::vector<std::pair<double, int64_t>> rows;
+  for (double t = 0; t <= 100; t += 10) rows.push_back({t, 5});
+  std::vector<double> times;
+  ReplayOptions o;
+  o.update_at = {400, 50, 250};  // two of them after the last row (100)
+  o.on_update = [&](const UpdateRecord& r) { times.push_back(r.time); };
+  auto r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(times, ElementsAre(50.0, 250.0, 400.0));
+  EXPECT_EQ(r->updates, 3u);
+  ASSERT_EQ(r->gear_timeline.size(), 4u);  // the start, then each update
+  EXPECT_EQ(r->gear_timeline.back().time, 400.0);
+  EXPECT_DOUBLE_EQ(r->trace_seconds, 100);
+  EXPECT_DOUBLE_EQ(r->replay_seconds, 400);  // the virtual clock went on to the last update
+  EXPECT_EQ(nlohmann::json::parse(ReplayResultJson(*r))["replay_seconds"], 400.0);
+  // The static policy runs no update, requested or not.
+  o.policy = ReplayPolicy::kStatic;
+  times.clear();
+  r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(times.empty());
+  EXPECT_DOUBLE_EQ(r->replay_seconds, 100);
+}
+
+TEST(Replay, ScheduledChecksRunUpToTheLastRowTime) {
+  // Checks every 60 s from the first row; an update when 300 s have passed.
+  auto update_times = [](double last_row) {
+    std::vector<std::pair<double, int64_t>> rows;
+    for (double t = 0; t <= last_row; t += 10) rows.push_back({t, 5});
+    if (rows.back().first != last_row) rows.push_back({last_row, 5});
+    std::vector<double> times;
+    ReplayOptions o;
+    o.on_update = [&](const UpdateRecord& r) { times.push_back(r.time); };
+    auto r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return times;
+    EXPECT_DOUBLE_EQ(r->replay_seconds, r->trace_seconds);  // none after the last row
+    return times;
+  };
+  EXPECT_THAT(update_times(600), ElementsAre(300.0, 600.0));  // the check at the last row's time runs
+  EXPECT_THAT(update_times(599), ElementsAre(300.0));
+  EXPECT_THAT(update_times(899), ElementsAre(300.0, 600.0));  // none at 900, after the last row
 }
 
 TEST(Replay, RecompilesAfterEvictionAndAveragesGearCountsOverTime) {
@@ -298,6 +344,59 @@ TEST(Replay, SummaryJsonHasTheDocumentedKeys) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["final_gears"]["SEQLEN"], nlohmann::json::array({4, 8}));
+}
+
+TEST(Replay, SummaryNamesEachRunWithItsOptimumAndExecutedFigures) {
+  const RuntimeConfig config = SeqConfig({4, 8});
+  const Trace trace = SeqTrace({{0, 3}, {1, 5}, {2, 8}, {3, 2}});
+  ReplayOptions o;
+  o.policy = ReplayPolicy::kStatic;
+  auto fixed = Replay(config, trace, o);
+  ASSERT_TRUE(fixed.ok());
+  ReplaySummary summary;
+  summary.trace = "t.csv";
+  summary.results = {*fixed};
+  auto optimum = OfflineOptimum(config, trace, summary.results);
+  ASSERT_TRUE(optimum.ok()) << optimum.status();
+  const DimensionOptimum& seq = (*optimum)[0][0];
+  // Two gears over sizes 2, 3, 5, 8: {3, 8} pads to 3+3+8+8 = 22 (of 18).
+  EXPECT_EQ(seq.gears, 2);
+  EXPECT_THAT(seq.plan.gears, ElementsAre(3, 8));
+  EXPECT_DOUBLE_EQ(seq.plan.waste(), 22.0 / 18.0 - 1.0);
+  // Graphs alive: 1 over [0, 1), 2 over [1, 3]: 5/3 on average, rounded to 2.
+  EXPECT_EQ(seq.graph_count, 2);
+  EXPECT_FALSE(seq.with_splitting.has_value());  // SEQLEN is not splittable here
+  summary.optimum = *optimum;
+  ExecutedReplayResult executed;
+  executed.policy = "static";
+  executed.compiles = 2;
+  summary.executed = {executed};
+  summary.backend = "onednn";
+  summary.size_scale = 4;
+
+  // One run: its object at the top.
+  auto j = nlohmann::json::parse(ReplaySummaryJson(summary));
+  EXPECT_EQ(j["policy"], "static");
+  EXPECT_FALSE(j.contains("policies"));
+  EXPECT_EQ(j["offline_optimum"]["SEQLEN"]["gear_list"], nlohmann::json::array({3, 8}));
+  EXPECT_EQ(j["offline_optimum"]["SEQLEN"]["same_graph_count"]["gears"], 2);
+  EXPECT_EQ(j["executed"]["compiles"], 2);
+  EXPECT_EQ(j["executed"]["backend"], "onednn");
+  EXPECT_EQ(j["executed"]["size_scale"], 4.0);
+
+  // Several: by run name, with the trace; no optimum or execution asked for.
+  o.policy = ReplayPolicy::kAdaptive;
+  auto adaptive = Replay(config, trace, o);
+  ASSERT_TRUE(adaptive.ok());
+  summary.results.push_back(*adaptive);
+  summary.optimum.clear();
+  summary.executed.clear();
+  j = nlohmann::json::parse(ReplaySummaryJson(summary));
+  EXPECT_EQ(j["trace"], "t.csv");
+  EXPECT_EQ(j["policies"]["static"]["requests"], 4);
+  EXPECT_EQ(j["policies"]["adaptive"]["policy"], "adaptive");
+  EXPECT_FALSE(j["policies"]["static"].contains("offline_optimum"));
+  EXPECT_FALSE(j["policies"]["static"].contains("executed"));
 }
 
 }  // namespace

@@ -83,7 +83,7 @@ absl::Status WriteReplayPlot(const std::vector<ReplayResult>& results, const std
 
   const size_t dims = results.front().dimensions.size();
   const double t0 = results.front().gear_timeline.empty() ? 0.0 : results.front().gear_timeline.front().time;
-  const double end_minutes = results.front().trace_seconds / 60.0;
+  const double end_minutes = results.front().replay_seconds / 60.0;
   // Data files: gears-<policy>-<dim>.dat ("minutes gear"), waste-<policy>.dat.
   for (size_t p = 0; p < results.size(); ++p) {
     const ReplayResult& r = results[p];

@@ -1,8 +1,9 @@
 // Executed replay: a trace through the GearedExecutor and a real backend,
 // measuring what the user would see (requests/s, latency percentiles,
 // compiles and their time, gear memory, padding waste). The policy runs on
-// trace time exactly as in Replay (the worker's schedule, or updates at
-// given times); requests run back to back, as fast as the backend goes.
+// trace time exactly as in Replay (the worker's schedule up to the last
+// replayed row, or updates at the given times, after the last row too);
+// requests run back to back, as fast as the backend goes.
 #ifndef GEARBOX_EXECUTED_REPLAY_H_
 #define GEARBOX_EXECUTED_REPLAY_H_
 
@@ -18,25 +19,20 @@
 
 namespace gearbox {
 
-struct ExecutedReplayOptions {
-  ReplayPolicy policy = ReplayPolicy::kAdaptive;
-  std::optional<GearScheme> scheme;  // as ReplayOptions::scheme
-  std::vector<double> update_at;
+struct ExecutedReplayOptions : ReplayRunOptions {
   // Replay at most this many rows (0: all).
   size_t max_requests = 0;
   // Memory probe: gear bytes against this budget (0: no memory handling).
   int64_t memory_budget_bytes = 0;
   uint64_t seed = 1;  // input data
-  std::function<void(const UpdateRecord&)> on_update;
-  std::function<void(size_t, size_t)> progress;
 };
 
 struct ExecutedReplayResult {
-  std::string policy;
+  std::string policy;  // as ReplayResult::policy
   uint64_t requests = 0;
   uint64_t failed_requests = 0;
   std::string first_failure;
-  double wall_seconds = 0.0;
+  double wall_seconds = 0.0;  // the rows (updates after the last row excluded)
   double requests_per_second = 0.0;
   double latency_p50_ms = 0.0;
   double latency_p99_ms = 0.0;
@@ -44,6 +40,8 @@ struct ExecutedReplayResult {
   uint64_t compiles = 0;
   uint64_t compile_failures = 0;
   double compile_seconds = 0.0;
+  // Executables the pool released because an update evicted their gear.
+  uint64_t released_executables = 0;
   int64_t peak_gear_bytes = 0;
   double padding_waste = 0.0;
   uint64_t updates = 0;
@@ -51,8 +49,9 @@ struct ExecutedReplayResult {
   std::vector<std::vector<int64_t>> final_gears;
 };
 
-// `make_backend` is called once (a fresh backend per replay, so each policy
-// pays its own compiles).
+// The trace's columns must be the config's dimensions, in order (as
+// LoadTraceFile returns them). `make_backend` is called once (a fresh
+// backend per replay, so each policy pays its own compiles).
 absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
     const RuntimeConfig& config, const Trace& trace,
     const std::function<absl::StatusOr<std::unique_ptr<Backend>>()>& make_backend,

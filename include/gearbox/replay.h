@@ -1,12 +1,15 @@
 // Replay: runs the real runtime and policy on a recorded trace, on a virtual
 // clock, and measures what a policy would have done.
 //
-// Events are processed in timestamp order. With the adaptive policy, the
-// worker's schedule is evaluated in trace time: a check every
-// check_interval_seconds from the first request, each running an update
-// when update_interval_seconds have passed or memory is high (exactly
+// Events are processed in timestamp order. With the adaptive or replan
+// policy, the worker's schedule is evaluated in trace time: a check every
+// check_interval_seconds from the first request up to and including the last
+// row's time (the trace says nothing after it), each running an update when
+// update_interval_seconds have passed or memory is high (exactly
 // GearUpdateWorker::CheckOnce); or, with `update_at`, updates run exactly at
-// those times and nothing else. The static policy keeps the initial gears.
+// those times and nothing else, times after the last row included (the
+// virtual clock goes on after the rows). A check or update at a row's time
+// runs before that row. The static policy keeps the initial gears.
 //
 // A compile is counted each time a gear combination is first used, or used
 // again after its eviction (the simulated graph is registered in the real
@@ -34,23 +37,28 @@ enum class ReplayPolicy { kStatic, kAdaptive, kReplan };
 std::string_view ReplayPolicyName(ReplayPolicy policy);
 absl::StatusOr<ReplayPolicy> ParseReplayPolicy(std::string_view name);
 
-struct ReplayOptions {
+// What both replays (this one and ExecutedReplay) take.
+struct ReplayRunOptions {
   ReplayPolicy policy = ReplayPolicy::kAdaptive;
   // Overrides the config's gear scheme (then starting from every cell of the
   // initial gears unless it is the config's own scheme, whose combinations
   // are kept). Joint and sparse need the replan or static policy.
   std::optional<GearScheme> scheme;
   // Non-empty: run updates at exactly these trace times (seconds, the same
-  // clock as the trace's t column) instead of the worker's schedule.
+  // clock as the trace's t column), even after the last row, instead of the
+  // worker's schedule.
   std::vector<double> update_at;
-  // Width of the padding-waste timeline buckets, seconds.
-  double timeline_bucket_seconds = 60.0;
-  // A gear evicted within this long of its addition counts as churn.
-  double churn_window_seconds = 3600.0;
   // Called with each update's record (the decisions file).
   std::function<void(const UpdateRecord&)> on_update;
   // Called about every 1% of the rows with (rows done, rows in all).
   std::function<void(size_t, size_t)> progress;
+};
+
+struct ReplayOptions : ReplayRunOptions {
+  // Width of the padding-waste timeline buckets, seconds.
+  double timeline_bucket_seconds = 60.0;
+  // A gear evicted within this long of its addition counts as churn.
+  double churn_window_seconds = 3600.0;
 };
 
 // The gear set after an update (or at the start), for plots.
@@ -101,9 +109,13 @@ struct ReplayResult {
   uint64_t peak_graphs = 0;        // compiled graphs alive at once
   double avg_graphs = 0.0;         // time-weighted
   double peak_graph_bytes = 0.0;   // with a memory model
-  double trace_seconds = 0.0;
+  double trace_seconds = 0.0;     // first row to last row
+  // First row to the last row or the last update, whichever is later (an
+  // update requested after the last row); avg_gears and avg_graphs are
+  // weighted over this span.
+  double replay_seconds = 0.0;
   double wall_seconds = 0.0;
-  std::vector<GearSetSample> gear_timeline;
+  std::vector<GearSetSample> gear_timeline;  // the start, then one per update
   std::vector<WasteBucket> waste_timeline;
 };
 

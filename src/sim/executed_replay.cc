@@ -7,9 +7,9 @@
 
 #include "gearbox/executor.h"
 #include "gearbox/runtime.h"
-#include "gearbox/update_worker.h"
 #include "nlohmann/json.hpp"
 #include "src/common/errors.h"
+#include "src/sim/replay_schedule.h"
 
 namespace gearbox {
 namespace {
@@ -26,15 +26,15 @@ struct RequestTensors {
   std::vector<std::vector<int64_t>> shapes;
   std::vector<DLTensor> tensors;
 
-  void Shape(const std::vector<TensorSpec>& specs, const Trace& trace, size_t row,
-             const std::vector<int>& trace_column_of_dim) {
+  // The trace's columns are the config's dimensions, in order.
+  void Shape(const std::vector<TensorSpec>& specs, const Trace& trace, size_t row) {
     storage.resize(specs.size());
     shapes.resize(specs.size());
     tensors.resize(specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
       shapes[i] = specs[i].shape;
       for (const AxisBinding& b : specs[i].bindings) {
-        shapes[i][b.axis] = trace.row(row)[trace_column_of_dim[b.dimension]];
+        shapes[i][b.axis] = trace.row(row)[b.dimension];
       }
       int64_t n = 1;
       for (int64_t s : shapes[i]) n *= s;
@@ -77,40 +77,18 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
     const std::function<absl::StatusOr<std::unique_ptr<Backend>>()>& make_backend,
     const ExecutedReplayOptions& options) {
   const int n = static_cast<int>(config.dims.size());
-  if (static_cast<int>(trace.dimensions.size()) != n || trace.rows() == 0) {
-    return internal::InvalidField("trace", Cat(trace.dimensions.size(), " dimensions, ", trace.rows(), " rows"),
-                                  Cat("the config's ", n, " dimensions and at least one row"));
-  }
-  std::vector<int> column(static_cast<size_t>(n), -1);
-  for (int d = 0; d < n; ++d) {
-    for (int c = 0; c < n; ++c) {
-      if (trace.dimensions[static_cast<size_t>(c)] == config.dims[static_cast<size_t>(d)].name) column[d] = c;
-    }
-    if (column[d] < 0) return internal::InvalidField("trace", "columns", Cat("a column ", config.dims[d].name));
-  }
+  if (auto s = internal::CheckReplayInputs(config, trace, options); !s.ok()) return s;
   auto backend_or = make_backend();
   if (!backend_or.ok()) return backend_or.status();
   std::unique_ptr<Backend> backend = *std::move(backend_or);
 
   const double t0 = trace.time.front();
   ExecutedReplayResult result;
-  result.policy = std::string(ReplayPolicyName(options.policy));
+  result.policy = internal::ReplayRunName(options);
   ManualClock clock(t0);
   GraphResourcePool pool(PoolOptions{5, [](LogLevel, std::string_view) {}});
   PoolBudgetMemoryProbe budget(&pool, options.memory_budget_bytes);
-  RuntimeOptions ro;
-  ro.adaptive = config.adaptive;
-  // The static policy never updates; kReplan lets it hold any gear scheme.
-  ro.policy = options.policy == ReplayPolicy::kAdaptive ? UpdatePolicy::kAdaptive : UpdatePolicy::kReplan;
-  ro.replan = config.replan;
-  ro.scheme = options.scheme.value_or(config.scheme);
-  if (ro.scheme == config.scheme) ro.combinations = config.combinations;
-  ro.cover_ratio = config.cover_ratio;
-  if (options.scheme.has_value()) result.policy += Cat("/", GearSchemeName(*options.scheme));
-  ro.clock = &clock;
-  ro.pool = &pool;
-  ro.start_worker = false;
-  ro.log = [](LogLevel, std::string_view) {};
+  RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &clock, &pool);
   if (options.memory_budget_bytes > 0) ro.memory_probe = &budget;
   ro.on_update = [&](const UpdateRecord& r) {
     ++result.updates;
@@ -124,13 +102,8 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   if (!executor_or.ok()) return executor_or.status();
   GearedExecutor& executor = **executor_or;
 
-  const bool adaptive = options.policy != ReplayPolicy::kStatic;
-  std::vector<double> update_at = options.update_at;
-  std::sort(update_at.begin(), update_at.end());
-  double next_check = t0 + runtime.CheckIntervalSeconds();
-  size_t next_update = 0;
-
   const size_t rows = options.max_requests > 0 ? std::min(options.max_requests, trace.rows()) : trace.rows();
+  internal::ReplaySchedule schedule(options, t0, trace.time[rows - 1], &runtime, &clock);
   const size_t step = std::max<size_t>(1, rows / 100);
   std::mt19937 rng(static_cast<uint32_t>(options.seed));
   std::normal_distribution<float> normal;
@@ -138,37 +111,23 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   std::vector<double> latency_ms;
   latency_ms.reserve(rows);
   double padded = 0, raw = 0;
-  int64_t sizes[kMaxDimensions];
   const auto wall_start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < rows; ++i) {
     const double t = trace.time[i];
-    if (adaptive && update_at.empty()) {
-      while (next_check <= t) {
-        clock.Set(next_check);
-        runtime.worker()->CheckOnce(next_check);
-        next_check += runtime.CheckIntervalSeconds();
-      }
-    } else if (adaptive) {
-      while (next_update < update_at.size() && update_at[next_update] <= t) {
-        clock.Set(update_at[next_update]);
-        auto r = runtime.RunOnce(update_at[next_update++]);
-        if (!r.ok()) return r.status();
-      }
-    }
+    if (auto s = schedule.RunThrough(t); !s.ok()) return s;
     clock.Set(t);
     if (options.progress && i % step == 0) options.progress(i, rows);
-    in.Shape(backend->signature().inputs, trace, i, column);
-    out.Shape(backend->signature().outputs, trace, i, column);
+    in.Shape(backend->signature().inputs, trace, i);
+    out.Shape(backend->signature().outputs, trace, i);
     for (size_t k = 0; k < in.tensors.size(); ++k) {
       int64_t count = 1;
       for (int64_t s : in.shapes[k]) count *= s;
       for (int64_t e = 0; e < count; ++e) in.storage[k][static_cast<size_t>(e)] = normal(rng);
     }
-    for (int d = 0; d < n; ++d) sizes[d] = trace.row(i)[column[d]];
     {
       SnapshotRef snap = runtime.GetSnapshot();
       Plan plan;
-      if (MakePlan(*snap, {sizes, static_cast<size_t>(n)}, &plan).ok()) {
+      if (MakePlan(*snap, {trace.row(i), static_cast<size_t>(n)}, &plan).ok()) {
         padded += plan.padded_volume();
         raw += plan.raw_volume();
       }
@@ -184,6 +143,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   }
   if (options.progress) options.progress(rows, rows);
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (auto s = schedule.RunRest(); !s.ok()) return s;  // serves no request: not in wall_seconds
   result.requests = rows;
   result.requests_per_second = static_cast<double>(rows) / std::max(result.wall_seconds, 1e-9);
   std::sort(latency_ms.begin(), latency_ms.end());
@@ -195,6 +155,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   double sum = 0;
   for (double l : latency_ms) sum += l;
   result.latency_mean_ms = sum / static_cast<double>(latency_ms.size());
+  result.released_executables = pool.released();
   const ExecutorStats es = executor.stats();
   result.compiles = es.compiles;
   result.compile_failures = es.compile_failures;
@@ -219,6 +180,7 @@ std::string ExecutedReplayResultJson(const ExecutedReplayResult& r, int indent) 
   j["compiles"] = r.compiles;
   j["compile_failures"] = r.compile_failures;
   j["compile_seconds"] = r.compile_seconds;
+  j["released_executables"] = r.released_executables;
   j["peak_gear_bytes"] = r.peak_gear_bytes;
   j["padding_waste"] = r.padding_waste;
   j["updates"] = r.updates;

@@ -7,9 +7,9 @@
 #include <unordered_set>
 
 #include "gearbox/runtime.h"
-#include "gearbox/update_worker.h"
 #include "nlohmann/json.hpp"
 #include "src/common/errors.h"
+#include "src/sim/replay_schedule.h"
 
 namespace gearbox {
 namespace {
@@ -147,17 +147,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
                                     const ReplayOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
   const int n = static_cast<int>(config.dims.size());
-  if (static_cast<int>(trace.dimensions.size()) != n) {
-    return internal::InvalidField("trace", Cat(trace.dimensions.size(), " dimension columns"),
-                                  Cat("one per config dimension (", n, ")"));
-  }
-  for (int d = 0; d < n; ++d) {
-    if (trace.dimensions[d] != config.dims[d].name) {
-      return internal::InvalidField(Cat("trace column ", d), trace.dimensions[d],
-                                    Cat("the config's dimension ", config.dims[d].name));
-    }
-  }
-  if (trace.rows() == 0) return absl::InvalidArgumentError("trace: no rows");
+  if (auto s = internal::CheckReplayInputs(config, trace, options); !s.ok()) return s;
   if (!(options.churn_window_seconds > 0)) {
     return internal::InvalidFieldValue("churn_window_seconds", options.churn_window_seconds, "seconds > 0");
   }
@@ -165,16 +155,11 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     return internal::InvalidFieldValue("timeline_bucket_seconds", options.timeline_bucket_seconds,
                                        "seconds > 0");
   }
-  std::vector<double> update_at = options.update_at;
-  std::sort(update_at.begin(), update_at.end());
-  for (double t : update_at) {
-    if (!std::isfinite(t)) return internal::InvalidFieldValue("--update-at", t, "finite times");
-  }
 
   const double t0 = trace.time.front();
   const double t_end = trace.time.back();
   ReplayResult result;
-  result.policy = std::string(ReplayPolicyName(options.policy));
+  result.policy = internal::ReplayRunName(options);
   for (const auto& d : config.dims) result.dimensions.push_back(d.name);
   result.requests = trace.rows();
   result.trace_seconds = t_end - t0;
@@ -196,20 +181,8 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   std::vector<int64_t> current_counts(n);
   ChurnTracker churn(n, options.churn_window_seconds);
 
-  RuntimeOptions ro;
-  ro.adaptive = config.adaptive;
-  // The static policy never updates; kReplan lets it hold any gear scheme.
-  ro.policy = options.policy == ReplayPolicy::kAdaptive ? UpdatePolicy::kAdaptive : UpdatePolicy::kReplan;
-  ro.replan = config.replan;
-  ro.scheme = options.scheme.value_or(config.scheme);
-  if (ro.scheme == config.scheme) ro.combinations = config.combinations;
-  ro.cover_ratio = config.cover_ratio;
+  RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &clock, &pool);
   result.scheme = ro.scheme;
-  if (options.scheme.has_value()) result.policy += Cat("/", GearSchemeName(*options.scheme));
-  ro.clock = &clock;
-  ro.pool = &pool;
-  ro.start_worker = false;
-  ro.log = [](LogLevel, std::string_view) {};  // probe errors are in the records
   if (!trace.mem_usage.empty()) {
     ro.memory_probe = &trace_memory;
   } else if (model.has_value()) {
@@ -239,29 +212,10 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     result.gear_timeline.push_back(std::move(sample));
   }
 
-  const bool adaptive = options.policy != ReplayPolicy::kStatic;
-  const bool scheduled = adaptive && update_at.empty();
-  double next_check = t0 + runtime.CheckIntervalSeconds();
-  size_t next_update = 0;
-  // Runs every update due at or before `t`, at its own time.
-  auto run_due = [&](double t) -> absl::Status {
-    if (scheduled) {
-      while (next_check <= t) {
-        graph_count.Advance(next_check, static_cast<double>(graphs.alive.size()));
-        clock.Set(next_check);
-        runtime.worker()->CheckOnce(next_check);
-        next_check += runtime.CheckIntervalSeconds();
-      }
-    } else if (adaptive) {
-      while (next_update < update_at.size() && update_at[next_update] <= t) {
-        const double at = update_at[next_update++];
-        graph_count.Advance(at, static_cast<double>(graphs.alive.size()));
-        clock.Set(at);
-        auto r = runtime.RunOnce(at, UpdateTrigger::kManual);
-        if (!r.ok()) return r.status();
-      }
-    }
-    return absl::OkStatus();
+  internal::ReplaySchedule schedule(options, t0, t_end, &runtime, &clock);
+  // Before each check or update: the graphs alive until then.
+  const auto advance_graphs = [&](double at) {
+    graph_count.Advance(at, static_cast<double>(graphs.alive.size()));
   };
 
   const size_t rows = trace.rows();
@@ -272,7 +226,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   combo.n = n;
   for (size_t i = 0; i < rows; ++i) {
     const double t = trace.time[i];
-    if (auto s = run_due(t); !s.ok()) return s;
+    if (auto s = schedule.RunThrough(t, advance_graphs); !s.ok()) return s;
     if (!trace.mem_usage.empty()) trace_memory.Set(trace.mem_usage[i]);
     if (options.progress && i % progress_step == 0) options.progress(i, rows);
 
@@ -343,9 +297,12 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     ++wb.requests;
   }
   if (options.progress) options.progress(rows, rows);
+  if (auto s = schedule.RunRest(advance_graphs); !s.ok()) return s;
 
-  for (int d = 0; d < n; ++d) gear_counts[d].Advance(t_end, static_cast<double>(current_counts[d]));
-  graph_count.Advance(t_end, static_cast<double>(graphs.alive.size()));
+  const double end = schedule.end();
+  result.replay_seconds = end - t0;
+  for (int d = 0; d < n; ++d) gear_counts[d].Advance(end, static_cast<double>(current_counts[d]));
+  graph_count.Advance(end, static_cast<double>(graphs.alive.size()));
   SnapshotRef last = runtime.GetSnapshot();
   for (int d = 0; d < n; ++d) {
     result.avg_gears.push_back(gear_counts[d].Mean(static_cast<double>(current_counts[d])));
@@ -399,6 +356,7 @@ std::string ReplayResultJson(const ReplayResult& r, int indent) {
   j["avg_graphs"] = r.avg_graphs;
   j["peak_graph_bytes"] = r.peak_graph_bytes;
   j["trace_seconds"] = r.trace_seconds;
+  j["replay_seconds"] = r.replay_seconds;
   j["wall_seconds"] = r.wall_seconds;
   return j.dump(indent);
 }

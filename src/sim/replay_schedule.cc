@@ -1,0 +1,94 @@
+#include "src/sim/replay_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "gearbox/update_worker.h"
+#include "src/common/errors.h"
+
+namespace gearbox::internal {
+
+absl::Status CheckReplayInputs(const RuntimeConfig& config, const Trace& trace,
+                               const ReplayRunOptions& options) {
+  const size_t n = config.dims.size();
+  if (trace.dimensions.size() != n) {
+    return InvalidField("trace", Cat(trace.dimensions.size(), " dimension columns"),
+                        Cat("one per config dimension (", n, ")"));
+  }
+  for (size_t d = 0; d < n; ++d) {
+    if (trace.dimensions[d] != config.dims[d].name) {
+      return InvalidField(Cat("trace column ", d), trace.dimensions[d],
+                          Cat("the config's dimension ", config.dims[d].name));
+    }
+  }
+  if (trace.rows() == 0) return absl::InvalidArgumentError("trace: no rows");
+  for (double t : options.update_at) {
+    if (!std::isfinite(t)) return InvalidFieldValue("--update-at", t, "finite times");
+  }
+  return absl::OkStatus();
+}
+
+std::string ReplayRunName(const ReplayRunOptions& options) {
+  std::string name(ReplayPolicyName(options.policy));
+  if (options.scheme.has_value()) name += Cat("/", GearSchemeName(*options.scheme));
+  return name;
+}
+
+RuntimeOptions ReplayRuntimeOptions(const RuntimeConfig& config, const ReplayRunOptions& options,
+                                    ManualClock* clock, GraphResourcePool* pool) {
+  RuntimeOptions ro;
+  ro.adaptive = config.adaptive;
+  // The static policy never updates; kReplan lets it hold any gear scheme.
+  ro.policy = options.policy == ReplayPolicy::kAdaptive ? UpdatePolicy::kAdaptive : UpdatePolicy::kReplan;
+  ro.replan = config.replan;
+  ro.scheme = options.scheme.value_or(config.scheme);
+  if (ro.scheme == config.scheme) ro.combinations = config.combinations;
+  ro.cover_ratio = config.cover_ratio;
+  ro.clock = clock;
+  ro.pool = pool;
+  ro.start_worker = false;
+  ro.log = [](LogLevel, std::string_view) {};
+  return ro;
+}
+
+ReplaySchedule::ReplaySchedule(const ReplayRunOptions& options, double first_row, double last_row,
+                               AdaptiveGearRuntime* runtime, ManualClock* clock)
+    : runtime_(runtime),
+      clock_(clock),
+      checks_(options.policy != ReplayPolicy::kStatic && options.update_at.empty()),
+      last_row_(last_row),
+      next_check_(first_row + runtime->CheckIntervalSeconds()),
+      end_(last_row) {
+  if (options.policy != ReplayPolicy::kStatic) update_at_ = options.update_at;
+  std::sort(update_at_.begin(), update_at_.end());
+}
+
+absl::Status ReplaySchedule::RunThrough(double t, const std::function<void(double)>& before) {
+  if (checks_) {
+    const double until = std::min(t, last_row_);
+    while (next_check_ <= until) {
+      if (before) before(next_check_);
+      clock_->Set(next_check_);
+      runtime_->worker()->CheckOnce(next_check_);
+      end_ = std::max(end_, next_check_);
+      next_check_ += runtime_->CheckIntervalSeconds();
+    }
+    return absl::OkStatus();
+  }
+  while (next_update_ < update_at_.size() && update_at_[next_update_] <= t) {
+    const double at = update_at_[next_update_++];
+    if (before) before(at);
+    clock_->Set(at);
+    auto record = runtime_->RunOnce(at, UpdateTrigger::kManual);
+    if (!record.ok()) return record.status();
+    end_ = std::max(end_, at);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReplaySchedule::RunRest(const std::function<void(double)>& before) {
+  return RunThrough(std::numeric_limits<double>::infinity(), before);
+}
+
+}  // namespace gearbox::internal

@@ -1,0 +1,194 @@
+// The executed replay end to end: a small trace through the GearedExecutor
+// and the oneDNN backend (a tiny transformer block), against the figures the
+// simulated replay and hand counts give.
+#include "gearbox/executed_replay.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "gearbox/backends/onednn.h"
+#include "gearbox/replay.h"
+#include "nlohmann/json.hpp"
+
+namespace gearbox {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+RuntimeConfig SeqConfig(std::vector<int64_t> gears) {
+  RuntimeConfig c;
+  c.dims = {{"SEQLEN", std::move(gears), false, false}};
+  c.adaptive.recent_use_protect_seconds = 0;
+  return c;
+}
+
+Trace SeqTrace(const std::vector<std::pair<double, int64_t>>& rows) {
+  Trace t;
+  t.dimensions = {"SEQLEN"};
+  for (auto [time, size] : rows) {
+    t.time.push_back(time);
+    t.sizes.push_back(size);
+  }
+  return t;
+}
+
+// A fresh tiny block per replay: the sequence axis follows SEQLEN, batch 1.
+absl::StatusOr<std::unique_ptr<Backend>> TinyBlock() {
+  TransformerBlockOptions o;
+  o.hidden = 8;
+  o.heads = 2;
+  o.mlp_ratio = 2;
+  o.batch_dimension = -1;
+  o.seq_dimension = 0;
+  return MakeOneDnnTransformerBackend(o);
+}
+
+TEST(ExecutedReplay, StaticPolicyOnAHandCheckedTrace) {
+  ExecutedReplayOptions o;
+  o.policy = ReplayPolicy::kStatic;
+  auto r = ExecutedReplay(SeqConfig({4, 8}), SeqTrace({{0, 3}, {1, 5}, {2, 8}, {3, 2}}), TinyBlock, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->policy, "static");
+  EXPECT_EQ(r->requests, 4u);
+  EXPECT_EQ(r->failed_requests, 0u);
+  EXPECT_EQ(r->compiles, 2u);  // gear 4 and gear 8, once each
+  EXPECT_EQ(r->compile_failures, 0u);
+  EXPECT_DOUBLE_EQ(r->padding_waste, (4 + 8 + 8 + 4) / 18.0 - 1.0);
+  EXPECT_GT(r->peak_gear_bytes, 0);
+  EXPECT_EQ(r->updates, 0u);
+  EXPECT_EQ(r->released_executables, 0u);
+  EXPECT_THAT(r->final_gears, ElementsAre(ElementsAre(4, 8)));
+  EXPECT_GT(r->latency_p99_ms, 0.0);
+  EXPECT_LE(r->latency_p50_ms, r->latency_p99_ms);
+  const auto j = nlohmann::json::parse(ExecutedReplayResultJson(*r));
+  for (const char* key : {"requests", "compiles", "released_executables", "peak_gear_bytes", "padding_waste",
+                          "updates", "final_gears"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+}
+
+// A: 0..299 sizes 2 and 64; B: 300..599 only 64 (gear 2 idle, evicted at
+// 600); C: 600..899 size 2 again (pads to 64: gear 2 re-added at 900);
+// D: 900..999 size 2 (gear 2 compiled a second time).
+Trace EvictAndReturnTrace() {
+  std::vector<std::pair<double, int64_t>> rows;
+  for (int t = 0; t < 1000; ++t) {
+    const bool b = t >= 300 && t < 600;
+    rows.push_back({static_cast<double>(t), b ? 64 : (t < 300 && t % 2 ? 64 : 2)});
+  }
+  return SeqTrace(rows);
+}
+
+TEST(ExecutedReplay, EvictedGearsAreReleasedAndRecompiledAsTheSimulationSays) {
+  const RuntimeConfig config = SeqConfig({2, 64});
+  const Trace trace = EvictAndReturnTrace();
+  std::vector<std::string> executed_changes, simulated_changes;
+  ExecutedReplayOptions eo;
+  eo.on_update = [&](const UpdateRecord& r) {
+    if (r.changed) executed_changes.push_back(UpdateRecordToJson(r));
+  };
+  auto executed = ExecutedReplay(config, trace, TinyBlock, eo);
+  ASSERT_TRUE(executed.ok()) << executed.status();
+  ReplayOptions so;
+  so.on_update = [&](const UpdateRecord& r) {
+    if (r.changed) simulated_changes.push_back(UpdateRecordToJson(r));
+  };
+  auto simulated = Replay(config, trace, so);
+  ASSERT_TRUE(simulated.ok()) << simulated.status();
+
+  ASSERT_EQ(executed_changes.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(executed_changes[0])["removed"]["SEQLEN"], nlohmann::json::array({2}));
+  EXPECT_EQ(nlohmann::json::parse(executed_changes[0])["time"], 600.0);
+  EXPECT_EQ(nlohmann::json::parse(executed_changes[1])["added"]["SEQLEN"], nlohmann::json::array({2}));
+  EXPECT_EQ(executed->failed_requests, 0u);
+  EXPECT_EQ(executed->compiles, 3u);              // 2 and 64, then 2 again after its eviction
+  EXPECT_EQ(executed->released_executables, 1u);  // gear 2's first executable, at 600
+  // The same decisions, compiles and padding as the simulated replay.
+  EXPECT_EQ(executed->compiles, simulated->compiles);
+  EXPECT_EQ(executed->updates, simulated->updates);
+  EXPECT_EQ(executed->updates_changed, simulated->updates_changed);
+  EXPECT_DOUBLE_EQ(executed->padding_waste, simulated->padding_waste);
+  EXPECT_EQ(executed->final_gears, simulated->final_gears);
+}
+
+TEST(ExecutedReplay, MemoryPressureRunsUpdatesEarlyAndHoldsAdditionsToEvictions) {
+  // Size 3 on a single gear of 64: padding pressure asks for a smaller gear.
+  std::vector<std::pair<double, int64_t>> rows;
+  for (int t = 0; t <= 400; ++t) rows.push_back({static_cast<double>(t), 3});
+  const Trace trace = SeqTrace(rows);
+  std::vector<UpdateRecord> records;
+  ExecutedReplayOptions o;
+  o.on_update = [&](const UpdateRecord& r) { records.push_back(r); };
+
+  // No budget: no memory probe; the interval update at 300 adds a gear.
+  auto relaxed = ExecutedReplay(SeqConfig({64}), trace, TinyBlock, o);
+  ASSERT_TRUE(relaxed.ok()) << relaxed.status();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].time, 300.0);
+  EXPECT_EQ(records[0].trigger, UpdateTrigger::kInterval);
+  EXPECT_FALSE(records[0].memory.usage.has_value());
+  EXPECT_FALSE(records[0].added[0].empty());
+  EXPECT_EQ(relaxed->final_gears[0].size(), 2u);
+
+  // A budget the first executable already exceeds: every check sees memory
+  // high and updates at once, and no gear is added without one evicted.
+  records.clear();
+  o.memory_budget_bytes = 1;
+  auto pressed = ExecutedReplay(SeqConfig({64}), trace, TinyBlock, o);
+  ASSERT_TRUE(pressed.ok()) << pressed.status();
+  ASSERT_EQ(records.size(), 6u);  // checks at 60, 120, ..., 360
+  EXPECT_EQ(records[0].time, 60.0);
+  for (const UpdateRecord& r : records) {
+    EXPECT_EQ(r.trigger, UpdateTrigger::kMemory);
+    EXPECT_TRUE(r.memory.high);
+    EXPECT_DOUBLE_EQ(*r.memory.usage, 1.0);  // over budget reads as full
+    EXPECT_EQ(r.addition_budget, 0);
+    EXPECT_TRUE(r.added[0].empty());
+  }
+  EXPECT_THAT(pressed->final_gears, ElementsAre(ElementsAre(64)));
+  EXPECT_EQ(pressed->compiles, 1u);
+  EXPECT_GT(pressed->padding_waste, relaxed->padding_waste);
+}
+
+TEST(ExecutedReplay, RunsRequestedUpdatesAfterTheLastRowAndChecksUpToIt) {
+  std::vector<std::pair<double, int64_t>> rows;
+  for (int t = 0; t <= 900; t += 10) rows.push_back({static_cast<double>(t), 5});
+  const Trace trace = SeqTrace(rows);
+  std::vector<double> times;
+  ExecutedReplayOptions o;
+  o.max_requests = 5;  // rows at 0..40 s
+  o.update_at = {100, 20};
+  o.on_update = [&](const UpdateRecord& r) { times.push_back(r.time); };
+  auto r = ExecutedReplay(SeqConfig({8, 16}), trace, TinyBlock, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->requests, 5u);
+  EXPECT_THAT(times, ElementsAre(20.0, 100.0));  // 100 is after the last row replayed
+  EXPECT_EQ(r->updates, 2u);
+
+  // The worker's schedule stops at the last row replayed (here 600 s): the
+  // check at 600 runs its update, none comes at 900.
+  times.clear();
+  o.update_at.clear();
+  o.max_requests = 61;
+  r = ExecutedReplay(SeqConfig({8, 16}), trace, TinyBlock, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(times, ElementsAre(300.0, 600.0));
+}
+
+TEST(ExecutedReplay, RejectsMismatchedInputs) {
+  Trace t = SeqTrace({{0, 3}});
+  t.dimensions = {"BATCHSIZE"};
+  EXPECT_THAT(ExecutedReplay(SeqConfig({4}), t, TinyBlock, {}).status().message(),
+              HasSubstr("trace column 0: BATCHSIZE"));
+  EXPECT_FALSE(ExecutedReplay(SeqConfig({4}), SeqTrace({}), TinyBlock, {}).ok());
+  ExecutedReplayOptions o;
+  o.update_at = {std::nan("")};
+  EXPECT_THAT(ExecutedReplay(SeqConfig({4}), SeqTrace({{0, 3}}), TinyBlock, o).status().message(),
+              HasSubstr("--update-at"));
+}
+
+}  // namespace
+}  // namespace gearbox
