@@ -6,9 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <set>
-
-#include "gearbox/mutex.h"
+#include <memory>
 
 namespace gearbox {
 
@@ -17,17 +15,17 @@ namespace gearbox {
 // notification that arrives while nobody sleeps is kept for the next sleep.
 class WakeSignal {
  public:
+  WakeSignal();
+  ~WakeSignal();
+  WakeSignal(const WakeSignal&) = delete;
+  WakeSignal& operator=(const WakeSignal&) = delete;
   void Notify();
 
  private:
   friend class SystemClock;
   friend class ManualClock;
-  // Returns and clears the pending flag. Caller holds mu_.
-  bool ConsumePending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  Mutex mu_;
-  CondVar cv_;
-  bool pending_ ABSL_GUARDED_BY(mu_) = false;
+  struct State;  // mutex, condition variable, pending flag: src/runtime/clock.cc
+  std::unique_ptr<State> state_;
 };
 
 class Clock {
@@ -57,7 +55,8 @@ class SystemClock final : public Clock {
 // deadline. Time may also be set backwards (fault-injection tests).
 class ManualClock final : public Clock {
  public:
-  explicit ManualClock(double start_seconds = 0.0) : now_(start_seconds) {}
+  explicit ManualClock(double start_seconds = 0.0);
+  ~ManualClock() override;
   double NowSeconds() const override { return now_.load(std::memory_order_acquire); }
   bool SleepUntil(double deadline, WakeSignal* signal) override;
   void Set(double seconds);
@@ -71,13 +70,11 @@ class ManualClock final : public Clock {
   void WaitForSleepsBegun(uint64_t n) const;
 
  private:
+  struct Sleepers;  // defined in src/runtime/clock.cc
   void WakeAll();
 
   std::atomic<double> now_;  // written by Set; read anywhere
-  mutable Mutex mu_;         // guards the sleeper set; taken before a WakeSignal's mutex
-  mutable CondVar sleepers_changed_;
-  std::set<WakeSignal*> sleepers_ ABSL_GUARDED_BY(mu_);
-  uint64_t sleeps_begun_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<Sleepers> sleepers_;
 };
 
 }  // namespace gearbox

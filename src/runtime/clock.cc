@@ -6,21 +6,46 @@
 #include <ctime>
 #include <vector>
 
+#include <set>
+
 #include "gearbox/log.h"
+#include "gearbox/mutex.h"
 
 namespace gearbox {
 
+struct WakeSignal::State {
+  // Returns and clears the pending flag.
+  bool ConsumePending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const bool was = pending;
+    pending = false;
+    return was;
+  }
+
+  Mutex mu;
+  CondVar cv;
+  bool pending ABSL_GUARDED_BY(mu) = false;
+};
+
+WakeSignal::WakeSignal() : state_(std::make_unique<State>()) {}
+WakeSignal::~WakeSignal() = default;
+
 void WakeSignal::Notify() {
-  MutexLock lock(&mu_);
-  pending_ = true;
-  cv_.SignalAll();
+  MutexLock lock(&state_->mu);
+  state_->pending = true;
+  state_->cv.SignalAll();
 }
 
-bool WakeSignal::ConsumePending() {
-  const bool was = pending_;
-  pending_ = false;
-  return was;
-}
+// Who sleeps on a ManualClock. mu is taken before a WakeSignal's mutex.
+struct ManualClock::Sleepers {
+  mutable Mutex mu;
+  mutable CondVar changed;
+  std::set<WakeSignal*> signals ABSL_GUARDED_BY(mu);
+  uint64_t sleeps_begun ABSL_GUARDED_BY(mu) = 0;
+};
+
+ManualClock::ManualClock(double start_seconds)
+    : now_(start_seconds), sleepers_(std::make_unique<Sleepers>()) {}
+ManualClock::~ManualClock() = default;
 
 double SystemClock::NowSeconds() const {
   // The coarse clock (a few ms resolution) costs a few ns instead of ~20 ns;
@@ -31,15 +56,16 @@ double SystemClock::NowSeconds() const {
 }
 
 bool SystemClock::SleepUntil(double deadline, WakeSignal* signal) {
-  MutexLock lock(&signal->mu_);
+  WakeSignal::State& ws = *signal->state_;
+  MutexLock lock(&ws.mu);
   const double span = deadline - NowSeconds();
   while (true) {
-    if (signal->ConsumePending()) return false;
+    if (ws.ConsumePending()) return false;
     const double remaining = deadline - NowSeconds();
     if (remaining <= 0) return true;
     if (remaining > span + 1e-3) return false;  // wall clock stepped back
-    signal->cv_.WaitFor(&signal->mu_, std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          std::chrono::duration<double>(remaining)));
+    ws.cv.WaitFor(&ws.mu, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::duration<double>(remaining)));
   }
 }
 
@@ -52,17 +78,19 @@ bool ManualClock::SleepUntil(double deadline, WakeSignal* signal) {
   // Read before becoming visible as a sleeper, so a Set() that a test makes
   // after WaitForSleepers() is always seen as a change.
   const double start = NowSeconds();
+  Sleepers& sl = *sleepers_;
   {
-    MutexLock lock(&mu_);
-    sleepers_.insert(signal);
-    ++sleeps_begun_;
-    sleepers_changed_.SignalAll();
+    MutexLock lock(&sl.mu);
+    sl.signals.insert(signal);
+    ++sl.sleeps_begun;
+    sl.changed.SignalAll();
   }
   bool reached;
   {
-    MutexLock lock(&signal->mu_);
+    WakeSignal::State& ws = *signal->state_;
+    MutexLock lock(&ws.mu);
     while (true) {
-      if (signal->ConsumePending()) {
+      if (ws.ConsumePending()) {
         reached = false;
         break;
       }
@@ -75,11 +103,11 @@ bool ManualClock::SleepUntil(double deadline, WakeSignal* signal) {
         reached = false;
         break;
       }
-      signal->cv_.Wait(&signal->mu_);
+      ws.cv.Wait(&ws.mu);
     }
   }
-  MutexLock lock(&mu_);
-  sleepers_.erase(signal);
+  MutexLock lock(&sl.mu);
+  sl.signals.erase(signal);
   return reached;
 }
 
@@ -89,27 +117,27 @@ void ManualClock::Set(double seconds) {
 }
 
 void ManualClock::WakeAll() {
-  // Holding mu_ keeps every registered signal alive while it is poked.
-  MutexLock lock(&mu_);
-  for (WakeSignal* s : sleepers_) {
-    MutexLock inner(&s->mu_);
-    s->cv_.SignalAll();
+  // Holding the sleepers' mutex keeps every registered signal alive while it is poked.
+  MutexLock lock(&sleepers_->mu);
+  for (WakeSignal* s : sleepers_->signals) {
+    MutexLock inner(&s->state_->mu);
+    s->state_->cv.SignalAll();
   }
 }
 
 int ManualClock::sleepers() const {
-  MutexLock lock(&mu_);
-  return static_cast<int>(sleepers_.size());
+  MutexLock lock(&sleepers_->mu);
+  return static_cast<int>(sleepers_->signals.size());
 }
 
 void ManualClock::WaitForSleepsBegun(uint64_t n) const {
-  MutexLock lock(&mu_);
-  while (sleeps_begun_ < n) sleepers_changed_.Wait(&mu_);
+  MutexLock lock(&sleepers_->mu);
+  while (sleepers_->sleeps_begun < n) sleepers_->changed.Wait(&sleepers_->mu);
 }
 
 void ManualClock::WaitForSleepers(int n) const {
-  MutexLock lock(&mu_);
-  while (static_cast<int>(sleepers_.size()) < n) sleepers_changed_.Wait(&mu_);
+  MutexLock lock(&sleepers_->mu);
+  while (static_cast<int>(sleepers_->signals.size()) < n) sleepers_->changed.Wait(&sleepers_->mu);
 }
 
 void StderrLogSink(LogLevel level, std::string_view message) {
