@@ -413,6 +413,13 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, cons
   const int num_dims = gears.num_dimensions();
   rec.targets.assign(num_dims, {});
   out.protect.clear();
+  // The seed policy's own additions are not this policy's: a dimension this
+  // policy leaves alone (no statistics, too little traffic) must not carry
+  // them into the decision.
+  for (int d = 0; d < num_dims; ++d) {
+    out.added[d].clear();
+    out.removed[d].clear();
+  }
   // With several dimensions a graph is compiled per gear combination, so a
   // gear of one dimension costs one compile (and one held graph) per gear of
   // the others that the window's traffic uses.
