@@ -56,6 +56,12 @@ struct AdaptiveOptions {
   // would then stay at least this far below pad_add_threshold, so the
   // addition rule cannot undo the eviction on unchanged evidence.
   double hysteresis_margin = 0.05;
+  // Evidence guard on additions (not in the seed; off by default): with
+  // k > 0, a proposed gear must serve n samples of the window with
+  // n - k * sqrt(n) >= max(min_samples_per_gear, 1) (k = 3: n >= 18 by
+  // default, 11 when min_samples_per_gear <= 1), otherwise its outcome is
+  // "thin". 0 adds what the seed adds.
+  double addition_confidence_sigmas = 0.0;
 
   // --- memory and schedule ---
   // Fraction of device memory in use at which an update runs at once and

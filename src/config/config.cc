@@ -155,6 +155,7 @@ absl::Status ParseAdaptive(const json& a, AdaptiveOptions* o) {
       {"recent_use_protect_seconds", &o->recent_use_protect_seconds},
       {"replace_loss_threshold", &o->replace_loss_threshold},
       {"hysteresis_margin", &o->hysteresis_margin},
+      {"addition_confidence_sigmas", &o->addition_confidence_sigmas},
       {"check_interval_seconds", &o->check_interval_seconds},
       {"update_interval_seconds", &o->update_interval_seconds},
   };

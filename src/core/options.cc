@@ -39,6 +39,8 @@ absl::Status ValidateAdaptiveOptions(const AdaptiveOptions& o) {
                  "a finite ratio >= 0 (above 1 disables the filter)"),
       CheckRange("hysteresis_margin", o.hysteresis_margin, 0, false, o.pad_add_threshold, true,
                  "a ratio >= 0 and below pad_add_threshold"),
+      CheckRange("addition_confidence_sigmas", o.addition_confidence_sigmas, 0, false, kInf, true,
+                 "a finite number of standard deviations >= 0 (0 disables the guard)"),
       CheckRange("check_interval_seconds", o.check_interval_seconds, 0, true, kInf, true,
                  "a finite number of seconds > 0"),
       CheckRange("update_interval_seconds", o.update_interval_seconds, 0, false, kInf, true,

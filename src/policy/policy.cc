@@ -48,16 +48,25 @@ class DimensionView {
   double total_;
 };
 
-// Hysteresis on counts: a new gear must be confidently in use, i.e. the
-// samples it would serve, less three standard deviations of Poisson noise,
-// still reach min_samples_per_gear (and at least 1). Otherwise a window
-// that happens to bring it no traffic makes it a zero-use gear that the
-// eviction rule removes, and the addition rule re-adds later: a flap.
-// n - 3 sqrt(n) >= m  <=>  n >= ((3 + sqrt(9 + 4m)) / 2)^2 (11 for m = 1, 18 for m = 5).
-int64_t MinConfidentShare(int64_t min_samples_per_gear) {
+// The optional evidence guard (addition_confidence_sigmas = k > 0; not in
+// the seed): a new gear must be confidently in use, i.e. the samples it would
+// serve, less k standard deviations of Poisson noise, still reach
+// min_samples_per_gear (and at least 1). Otherwise a window that happens to
+// bring it no traffic makes it a zero-use gear that the eviction rule
+// removes, and the addition rule re-adds later: a flap.
+// n - k sqrt(n) >= m  <=>  n >= ((k + sqrt(k^2 + 4m)) / 2)^2
+// (k = 3: 11 for m = 1, 18 for m = 5).
+int64_t MinConfidentShare(int64_t min_samples_per_gear, double sigmas) {
   const double m = static_cast<double>(std::max<int64_t>(min_samples_per_gear, 1));
-  const double root = (3.0 + std::sqrt(9.0 + 4.0 * m)) / 2.0;
+  const double root = (sigmas + std::sqrt(sigmas * sigmas + 4.0 * m)) / 2.0;
   return static_cast<int64_t>(std::ceil(root * root - 1e-9));
+}
+
+// Whether the optional evidence guard holds a proposal back as "thin".
+bool IsThin(uint64_t share, const AdaptiveOptions& o) {
+  if (o.addition_confidence_sigmas <= 0) return false;  // the seed: no such rule
+  return static_cast<int64_t>(share) <
+         MinConfidentShare(o.min_samples_per_gear, o.addition_confidence_sigmas);
 }
 
 struct Proposal {
@@ -270,7 +279,7 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
       p.record.outcome = AdditionOutcome::kDuplicate;
     } else if (std::find(removed.begin(), removed.end(), g) != removed.end()) {
       p.record.outcome = AdditionOutcome::kJustEvicted;
-    } else if (static_cast<int64_t>(p.record.share) < MinConfidentShare(o.min_samples_per_gear)) {
+    } else if (IsThin(p.record.share, o)) {
       p.record.outcome = AdditionOutcome::kThin;
     } else if (budget.has_value() && *budget <= 0) {
       p.record.outcome = AdditionOutcome::kBudget;

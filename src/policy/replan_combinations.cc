@@ -1,0 +1,320 @@
+// The replan policy on joint and sparse gear sets (docs/POLICY.md, "Joint
+// and sparse gear sets"): which cells of the next grid are compiled
+// combinations.
+//
+// Each cell with traffic in the window carries the decayed weight of the
+// variant shapes that fall in it. A cell runs on its cheapest covering
+// combination within the gear set's cover_ratio (sparse: 1, its own), else
+// uncompiled at the shapes' exact sizes, uncompiled_slowdown times slower;
+// a combination's gain is the run time it saves over the horizon on every
+// cell it serves better. Additions need gain >= min_gain_ratio x one
+// compile (twice that within readd_cooldown_seconds of being dropped), best
+// first, the gains re-evaluated as the set grows. A combination older than
+// min_gear_lifetime_seconds goes when no cell runs best on it, or when its
+// cells would lose less than holding it (gear_holding_seconds, at most one
+// compile, so the band between dropping and compiling stays open) running
+// elsewhere. Memory pressure: no additions, and the least useful goes.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "src/common/errors.h"
+#include "src/policy/replan_internal.h"
+
+namespace gearbox::internal {
+namespace {
+
+class CombinationChooser {
+ public:
+  CombinationChooser(const GearSet& current, const WindowStats& stats, const MemoryState& memory,
+                     const AdaptiveOptions& adaptive, const ReplanOptions& o, double now, UpdateDecision* out)
+      : current_(current), memory_(memory), o_(o), now_(now), out_(out),
+        created_(stats.combinations.begin(), stats.combinations.end()),
+        removed_at_(stats.recently_removed_combinations.begin(), stats.recently_removed_combinations.end()),
+        g0_(out->next_gears[0]), g1_(out->next_gears[1]), n0_(g0_.size()), n1_(g1_.size()), m_(o.cost),
+        dims_(Cat(current.dimension(0).name, ",", current.dimension(1).name)),
+        compile_cost_(m_.alpha * m_.compile_seconds), holding_(std::min(o.gear_holding_seconds, compile_cost_)),
+        ratio_(current.cover_ratio()) {
+    double observed = 0;
+    for (const DimensionStats& ds : stats.dimensions) observed = std::max(observed, ds.observed_seconds);
+    scale_ = m_.beta * HorizonFactor(observed, adaptive, o);  // window seconds -> over the horizon
+    BuildCells();
+    BuildTraffic(stats);
+    MarkSurvivors();
+  }
+
+  void Run() {
+    Drop();
+    if (!memory_.high) Compile();
+    std::vector<GearCombination> set;
+    for (size_t k = 0; k < n0_ * n1_; ++k) {
+      if (in_set_[k]) set.push_back(Combination(k));
+    }
+    out_->next_combinations = std::move(set);  // ascending: row-major over ascending gears
+  }
+
+ private:
+  size_t At(size_t i, size_t j) const { return i * n1_ + j; }
+  double Volume(size_t i, size_t j) const { return cell_volume_[At(i, j)]; }
+  double RunTime(size_t i, size_t j) const { return cell_run_[At(i, j)]; }
+  double MemoryCost(size_t i, size_t j) const { return cell_memory_[At(i, j)]; }
+  GearCombination Combination(size_t c) const { return GearCombination{g0_[c / n1_], g1_[c % n1_]}; }
+
+  // Per cell: its size, its graph's run time and memory cost.
+  void BuildCells() {
+    cell_volume_.assign(n0_ * n1_, 0.0);
+    cell_run_.assign(n0_ * n1_, 0.0);
+    cell_memory_.assign(n0_ * n1_, 0.0);
+    for (size_t i = 0; i < n0_; ++i) {
+      for (size_t j = 0; j < n1_; ++j) {
+        cell_volume_[At(i, j)] = static_cast<double>(g0_[i]) * static_cast<double>(g1_[j]);
+        cell_run_[At(i, j)] = m_.Run(g0_[i] * g1_[j]);
+        cell_memory_[At(i, j)] = m_.gamma * m_.GearBytes(g0_[i] * g1_[j]) / kGiB;
+      }
+    }
+  }
+
+  // Traffic per cell of the next grid (dense: at most 64 x 64 cells): the
+  // decayed variants, and their run time uncompiled at their exact sizes.
+  void BuildTraffic(const WindowStats& stats) {
+    weight_.assign(n0_ * n1_, 0.0);
+    uncompiled_.assign(n0_ * n1_, 0.0);
+    for (const JointSize& s : stats.joint_sizes) {
+      auto i = static_cast<size_t>(std::lower_bound(g0_.begin(), g0_.end(), s.a) - g0_.begin());
+      auto j = static_cast<size_t>(std::lower_bound(g1_.begin(), g1_.end(), s.b) - g1_.begin());
+      // Above a splittable dimension's largest gear the shape splits into
+      // chunks of it; above another's it runs eagerly (no graph helps).
+      if (i == n0_) {
+        if (!current_.dimension(0).splittable) continue;
+        i = n0_ - 1;
+      }
+      if (j == n1_) {
+        if (!current_.dimension(1).splittable) continue;
+        j = n1_ - 1;
+      }
+      weight_[At(i, j)] += s.weight;
+      uncompiled_[At(i, j)] += s.weight * o_.uncompiled_slowdown * m_.Run(std::min(s.a, g0_[i]) * std::min(s.b, g1_[j]));
+    }
+    for (size_t c = 0; c < n0_ * n1_; ++c) {
+      if (weight_[c] > 0) traffic_.push_back(c);
+    }
+  }
+
+  // The combinations that survive the grid change, as grid cells.
+  void MarkSurvivors() {
+    in_set_.assign(n0_ * n1_, 0);
+    for (const GearCombination& k : current_.combinations()) {
+      auto i = std::lower_bound(g0_.begin(), g0_.end(), k[0]);
+      auto j = std::lower_bound(g1_.begin(), g1_.end(), k[1]);
+      if (i != g0_.end() && *i == k[0] && j != g1_.end() && *j == k[1]) {
+        in_set_[At(static_cast<size_t>(i - g0_.begin()), static_cast<size_t>(j - g1_.begin()))] = 1;
+      }
+    }
+  }
+
+  // The combinations that may serve cell (i, j): it covers the cell and is
+  // at most `ratio` times its size; and the cells combination (ki, kj) may
+  // serve. Both walk only that region of the grid.
+  template <typename Visit>
+  void ForEachServer(size_t i, size_t j, Visit&& visit) const {
+    const double limit = ratio_ * Volume(i, j);
+    for (size_t ki = i; ki < n0_; ++ki) {
+      if (Volume(ki, j) > limit) break;
+      for (size_t kj = j; kj < n1_ && Volume(ki, kj) <= limit; ++kj) visit(ki, kj);
+    }
+  }
+  template <typename Visit>
+  void ForEachServed(size_t ki, size_t kj, Visit&& visit) const {
+    const double v = Volume(ki, kj);
+    for (size_t i = ki + 1; i-- > 0;) {
+      if (v > ratio_ * Volume(i, kj)) break;
+      for (size_t j = kj + 1; j-- > 0 && v <= ratio_ * Volume(i, j);) visit(i, j);
+    }
+  }
+
+  // Per cell with traffic: its cost per window on the best combination of
+  // the set and on the second best (uncompiled when none serves it), and
+  // which cell of the grid is its best (or none).
+  void Assign() {
+    best_cost_.resize(n0_ * n1_);
+    second_cost_.resize(n0_ * n1_);
+    best_at_.resize(n0_ * n1_, -1);
+    for (size_t c : traffic_) {
+      best_cost_[c] = second_cost_[c] = uncompiled_[c];
+      best_at_[c] = -1;
+      ForEachServer(c / n1_, c % n1_, [&](size_t ki, size_t kj) {
+        if (!in_set_[At(ki, kj)]) return;
+        const double v = weight_[c] * RunTime(ki, kj);
+        if (v < best_cost_[c]) {
+          second_cost_[c] = best_cost_[c];
+          best_cost_[c] = v;
+          best_at_[c] = static_cast<int64_t>(At(ki, kj));
+        } else if (v < second_cost_[c]) {
+          second_cost_[c] = v;
+        }
+      });
+    }
+  }
+
+  // Drop what keeps too little: a combination whose traffic would lose less
+  // than holding one graph if it ran elsewhere. Those that are no cell's
+  // best lose nothing and go together; others one at a time, least first,
+  // at most max_changes_per_update an update.
+  void Drop() {
+    int dropped = 0;
+    for (int round = 0; round <= o_.max_changes_per_update; ++round) {
+      Assign();
+      std::vector<double> loss(n0_ * n1_, 0.0);
+      for (size_t c : traffic_) {
+        if (best_at_[c] >= 0) loss[static_cast<size_t>(best_at_[c])] += scale_ * (second_cost_[c] - best_cost_[c]);
+      }
+      std::vector<size_t> go;
+      int64_t least = -1;
+      for (size_t k = 0; k < n0_ * n1_; ++k) {
+        if (!in_set_[k]) continue;
+        loss[k] -= MemoryCost(k / n1_, k % n1_);
+        // A combination compiled within min_gear_lifetime_seconds stays, idle
+        // or not (unless memory is high): the traffic of a cell comes and
+        // goes within minutes, and recompiling it is the churn to avoid.
+        auto c = created_.find(Combination(k));
+        if (!memory_.high && c != created_.end() && now_ - c->second < o_.min_gear_lifetime_seconds) continue;
+        if (loss[k] <= 0) {
+          go.push_back(k);
+        } else if (least < 0 || loss[k] < loss[static_cast<size_t>(least)]) {
+          least = static_cast<int64_t>(k);
+        }
+      }
+      if (go.empty() && least >= 0 && round < o_.max_changes_per_update &&
+          (loss[static_cast<size_t>(least)] < holding_ || (memory_.high && dropped == 0))) {
+        go.push_back(static_cast<size_t>(least));
+      }
+      if (go.empty()) break;
+      for (size_t k : go) {
+        in_set_[k] = 0;
+        ++dropped;
+        out_->record.changes.push_back(
+            {dims_, "drop", 0, 0, -loss[k], 0.0, -loss[k],
+             loss[k] <= 0 ? "no traffic of the window runs best on it"
+             : memory_.high && loss[k] >= holding_ ? "memory is high"
+                                                   : "its traffic loses less than holding one graph elsewhere",
+             Combination(k)});
+      }
+    }
+  }
+
+  // The gain of compiling cell k, and the decayed variants it would serve better.
+  double GainOf(size_t k, double* served) const {
+    double gain = 0, served_weight = 0;
+    ForEachServed(k / n1_, k % n1_, [&](size_t i, size_t j) {
+      const size_t c = At(i, j);
+      if (weight_[c] <= 0) return;
+      const double v = weight_[c] * RunTime(k / n1_, k % n1_);
+      if (v < best_cost_[c]) {
+        gain += best_cost_[c] - v;
+        served_weight += weight_[c];
+      }
+    });
+    *served = served_weight;
+    return scale_ * gain - MemoryCost(k / n1_, k % n1_);
+  }
+
+  // What a compile is judged on: the gain less one standard error of its
+  // estimate (a count of n variants is uncertain by sqrt(n), so the gain is
+  // shrunk by 1/sqrt(n)); none below min_window_weight variants. On a fine
+  // grid most cells see few variants, and without this their noise alone
+  // would keep pushing one more over the threshold. A combination dropped
+  // within readd_cooldown_seconds comes back only at twice the gain.
+  double JudgedGain(size_t k) const {
+    double served = 0;
+    const double g = GainOf(k, &served);
+    if (served < o_.min_window_weight) return 0.0;
+    const double confident = g * (1.0 - 1.0 / std::sqrt(served));
+    auto r = removed_at_.find(Combination(k));
+    return r != removed_at_.end() && now_ - r->second < o_.readd_cooldown_seconds ? confident / 2 : confident;
+  }
+
+  // Compile what pays, best first. Gains only shrink as the set grows (each
+  // cell keeps its best), so a stale gain is an upper bound: pop,
+  // re-evaluate, take it if it still leads.
+  void Compile() {
+    Assign();
+    std::vector<std::pair<double, size_t>> queue;
+    for (size_t c : traffic_) {
+      if (!in_set_[c]) queue.push_back({JudgedGain(c), c});
+    }
+    std::make_heap(queue.begin(), queue.end());
+    const double threshold = o_.min_gain_ratio * compile_cost_;
+    size_t in_use = 0;
+    for (char x : in_set_) in_use += x ? 1 : 0;
+    std::optional<ChangeRecord> declined;
+    while (!queue.empty()) {
+      std::pop_heap(queue.begin(), queue.end());
+      const size_t k = queue.back().second;
+      queue.pop_back();
+      const double gain = JudgedGain(k);
+      if (!queue.empty() && gain < queue.front().first) {
+        queue.push_back({gain, k});
+        std::push_heap(queue.begin(), queue.end());
+        continue;
+      }
+      double served = 0;
+      const double raw_gain = GainOf(k, &served);
+      if (gain < threshold) {
+        declined = ChangeRecord{dims_, "compile", 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
+                                served < o_.min_window_weight
+                                    ? Cat("too little traffic for it in the window (", served, " < min_window_weight)")
+                                    : Cat("outside the hysteresis band (gain must reach ", threshold, " s)"),
+                                Combination(k)};
+        break;
+      }
+      if (static_cast<int>(in_use) >= o_.max_combinations) {
+        declined = ChangeRecord{dims_, "compile", 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
+                                "the gear set is at replan.max_combinations", Combination(k)};
+        break;
+      }
+      in_set_[k] = 1;
+      ++in_use;
+      out_->record.changes.push_back({dims_, "compile", 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
+                                      "gain clears the hysteresis", Combination(k)});
+      ForEachServed(k / n1_, k % n1_, [&](size_t i, size_t j) {
+        const size_t c = At(i, j);
+        if (weight_[c] > 0) best_cost_[c] = std::min(best_cost_[c], weight_[c] * RunTime(k / n1_, k % n1_));
+      });
+    }
+    if (declined) out_->record.declined.push_back(*declined);
+  }
+
+  const GearSet& current_;
+  const MemoryState& memory_;
+  const ReplanOptions& o_;
+  const double now_;
+  UpdateDecision* out_;
+  const std::map<GearCombination, double> created_;
+  const std::map<GearCombination, double> removed_at_;
+  const std::vector<int64_t>& g0_;
+  const std::vector<int64_t>& g1_;
+  const size_t n0_, n1_;
+  const GearCostModel& m_;
+  const std::string dims_;
+  const double compile_cost_;
+  const double holding_;
+  const double ratio_;
+  double scale_ = 0;
+  std::vector<double> cell_volume_, cell_run_, cell_memory_;
+  std::vector<double> weight_, uncompiled_;
+  std::vector<size_t> traffic_;  // cells with traffic
+  std::vector<char> in_set_;
+  std::vector<double> best_cost_, second_cost_;
+  std::vector<int64_t> best_at_;
+};
+
+}  // namespace
+
+void DecideCombinations(const GearSet& current, const WindowStats& stats, const MemoryState& memory,
+                        const AdaptiveOptions& adaptive, const ReplanOptions& o, double now, UpdateDecision* out) {
+  CombinationChooser(current, stats, memory, adaptive, o, now, out).Run();
+}
+
+}  // namespace gearbox::internal

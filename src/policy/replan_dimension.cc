@@ -1,0 +1,382 @@
+// The replan policy, one dimension (docs/POLICY.md, "One update, per
+// dimension"): plan the target on the window, adopt it whole when that pays
+// for all its compiles, else take the best single move toward it while one
+// clears the hysteresis band.
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "src/common/errors.h"
+#include "src/policy/replan_internal.h"
+
+namespace gearbox::internal {
+namespace {
+
+struct Move {
+  std::string action;
+  int64_t add = 0;
+  int64_t remove = 0;
+  double gain = 0;     // padding + memory saved over the horizon (weighted seconds)
+  double compile = 0;  // weighted compile seconds of the addition
+  double threshold = 0;
+  std::string why_not;
+};
+
+// The target: the cost model's optimum on the window (exact DP), then on a
+// non-splittable dimension a tail from the planned top to the largest gear
+// with no gap wider than tail_ratio, reusing the current gears there.
+std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int64_t>& current, bool keep_max,
+                                const DimensionCost& cost, double horizon, const AdaptiveOptions& adaptive,
+                                const ReplanOptions& o) {
+  const GearCostModel& m = cost.model;
+  const int64_t max_gear = current.back();
+  const int64_t plan_top = keep_max ? std::min(dist.max_size(), max_gear) : dist.max_size();
+  const SizeHistogram hist = dist.Histogram(plan_top);
+  std::vector<int64_t> target;
+  if (!hist.values.empty()) {
+    GearCostModel scaled = m;
+    scaled.beta = m.beta * horizon;  // padding counted over the payback horizon
+    scaled.compile_seconds = m.compile_seconds * cost.combinations;
+    scaled.gamma = m.gamma * cost.combinations;
+    auto plan = PlanWithCostModel(hist, adaptive.max_gears_per_type, PlanMethod::kDp, scaled);
+    if (plan.ok()) target = plan->plan.gears;
+  }
+  if (keep_max && (target.empty() || target.back() < max_gear)) {
+    double x = target.empty() ? static_cast<double>(plan_top) : static_cast<double>(target.back());
+    while (x * o.tail_ratio < static_cast<double>(max_gear)) {
+      const int64_t reach = static_cast<int64_t>(x * o.tail_ratio);
+      auto it = std::upper_bound(current.begin(), current.end(), reach);
+      int64_t next = (it != current.begin() && *std::prev(it) > static_cast<int64_t>(x)) ? *std::prev(it) : reach;
+      target.push_back(next);
+      x = static_cast<double>(next);
+    }
+    target.push_back(max_gear);
+  }
+  std::sort(target.begin(), target.end());
+  target.erase(std::unique(target.begin(), target.end()), target.end());
+  while (static_cast<int>(target.size()) > adaptive.max_gears_per_type) target.erase(target.begin());
+  return target;
+}
+
+// Moves one dimension's gears from `current` toward `target`.
+class DimensionReplanner {
+ public:
+  DimensionReplanner(const DimensionSpec& spec, const DimensionStats& ds, const Distribution& dist,
+                     const DimensionCost& cost, double horizon, std::vector<int64_t> current,
+                     std::vector<int64_t> target, const MemoryState& memory, const AdaptiveOptions& adaptive,
+                     const ReplanOptions& o, double now, int d, UpdateDecision* out)
+      : spec_(spec), dist_(dist), cost_(cost), horizon_(horizon), current_(std::move(current)),
+        target_(std::move(target)), memory_(memory), adaptive_(adaptive), o_(o), now_(now), d_(d), out_(out),
+        keep_max_(!spec.splittable), max_gear_(current_.back()), set_(current_),
+        removed_at_(ds.recently_removed.begin(), ds.recently_removed.end()) {
+    // Gears this policy added, and when: protected for min_gear_lifetime
+    // seconds unless the window brought them no traffic at all (removing an
+    // unused gear is not churn). The initial gears are not protected.
+    for (const GearStats& g : ds.gears) {
+      if (!g.initial && g.sample_count > 0) created_[g.gear] = g.created_ts;
+    }
+  }
+
+  void Run() {
+    AdoptWholeTarget();
+    while (changes_ < o_.max_changes_per_update && Step()) {
+    }
+    Publish();
+  }
+
+ private:
+  // Modelled cost of the window on `s` over the horizon (padding + memory).
+  double CostOf(const std::vector<int64_t>& s) const {
+    const GearCostModel& m = cost_.model;
+    double mem = 0;
+    for (int64_t g : s) mem += m.GearBytes(g) / kGiB;
+    return m.beta * dist_.Padding(s, spec_.splittable) * horizon_ + m.gamma * mem * cost_.combinations;
+  }
+
+  bool Young(int64_t g) const {
+    auto it = created_.find(g);
+    return !memory_.high && it != created_.end() && now_ - it->second < o_.min_gear_lifetime_seconds;
+  }
+
+  bool RemovedRecently(int64_t g) const {
+    auto r = removed_at_.find(g);
+    return r != removed_at_.end() && now_ - r->second < o_.readd_cooldown_seconds;
+  }
+
+  void MarkEvicted(int64_t gear) {
+    for (GearRecord& g : out_->record.gears) {
+      if (g.dimension == spec_.name && g.gear == gear) g.verdict = GearVerdict::kEvicted;
+    }
+  }
+
+  // The whole target at once: taken when everything it adds pays for itself
+  // together (so a fresh runtime, or a shifted workload, converges in one
+  // update instead of one gear at a time). Gears too young to remove stay.
+  void AdoptWholeTarget() {
+    std::vector<int64_t> whole = target_;
+    for (int64_t c : set_) {
+      if (!std::binary_search(target_.begin(), target_.end(), c) && Young(c)) whole.push_back(c);
+    }
+    std::sort(whole.begin(), whole.end());
+    whole.erase(std::unique(whole.begin(), whole.end()), whole.end());
+    int adds = 0;
+    double readd_extra = 0;
+    for (int64_t t : whole) {
+      if (std::binary_search(set_.begin(), set_.end(), t)) continue;
+      ++adds;
+      if (RemovedRecently(t)) readd_extra += cost_.compile;
+    }
+    const double gain = CostOf(set_) - CostOf(whole);
+    const bool fits = static_cast<int>(whole.size()) <= adaptive_.max_gears_per_type &&
+                      (!memory_.high || static_cast<int>(whole.size()) <= static_cast<int>(set_.size())) &&
+                      adds <= o_.max_changes_per_update;
+    if (!(adds > 0 && fits && gain >= o_.min_gain_ratio * (adds * cost_.compile + readd_extra))) return;
+    for (int64_t c : set_) {
+      if (!std::binary_search(whole.begin(), whole.end(), c)) MarkEvicted(c);
+    }
+    out_->record.changes.push_back({spec_.name, "replan", static_cast<int64_t>(whole.size()), 0, gain,
+                                    adds * cost_.compile, gain - adds * cost_.compile,
+                                    Cat("the planned set pays for its ", adds, " compiles")});
+    set_ = whole;
+    for (int64_t t : set_) {
+      if (!created_.count(t) && !std::binary_search(current_.begin(), current_.end(), t)) created_[t] = now_;
+    }
+    changes_ = adds;
+  }
+
+  // Add / replace: gain >= ratio x compile (twice that for a gear removed
+  // within the cooldown). Remove: keeping it must be worth less than its
+  // holding cost, i.e. the removal's gain >= -gear_holding_seconds (both per
+  // graph: times the combinations the gear is part of).
+  double ThresholdFor(int64_t added) const {
+    if (!added) return -cost_.holding;
+    double t = o_.min_gain_ratio * cost_.compile;
+    if (RemovedRecently(added)) t *= 2;
+    return t;
+  }
+
+  // The gain of a move, computed locally: only the sizes between the
+  // neighbours of the touched gears change gear (O(log sizes)); moves at the
+  // top of a splittable dimension (which change its splitting) are
+  // evaluated whole against `base`, the cost of the current set.
+  double GainOf(int64_t add, int64_t remove, double base) const {
+    const GearCostModel& m = cost_.model;
+    const int64_t top = set_.back();
+    if (spec_.splittable && ((remove && remove == top) || (add && add > top))) {
+      std::vector<int64_t> next = set_;
+      if (remove) next.erase(std::find(next.begin(), next.end(), remove));
+      if (add) next.insert(std::lower_bound(next.begin(), next.end(), add), add);
+      return base - CostOf(next);
+    }
+    const int64_t low = std::min(add ? add : remove, remove ? remove : add);
+    const int64_t high = std::max(add, remove);
+    // Neighbours that stay: the largest gear below `low`, the smallest above `high`.
+    int64_t lo = 0, hi = 0;
+    for (int64_t g : set_) {
+      if (g == remove) continue;
+      if (g < low) lo = g;
+      if (g > high && hi == 0) hi = g;
+    }
+    auto segments = [&](const std::vector<int64_t>& span_gears) {
+      double padding = 0;
+      int64_t prev = lo;
+      for (int64_t g : span_gears) {
+        padding += dist_.Segment(prev, g, g);
+        prev = g;
+      }
+      return padding;  // sizes above the last gear up to hi: none when hi is a gear
+    };
+    std::vector<int64_t> before, after;
+    for (int64_t g : set_) {
+      if (g > lo && (hi == 0 || g <= hi)) before.push_back(g);
+    }
+    for (int64_t g : before) {
+      if (g != remove) after.push_back(g);
+    }
+    if (add) after.insert(std::lower_bound(after.begin(), after.end(), add), add);
+    double gain = m.beta * horizon_ * (segments(before) - segments(after));
+    if (m.gamma > 0) {
+      gain += m.gamma * cost_.combinations * ((remove ? m.GearBytes(remove) : 0) - (add ? m.GearBytes(add) : 0)) /
+              kGiB;
+    }
+    return gain;
+  }
+
+  // A move with its gain, threshold and, if a rule forbids it, why.
+  Move Consider(const char* action, int64_t add, int64_t remove, double base) const {
+    Move mv{action, add, remove, GainOf(add, remove, base), add ? cost_.compile : 0.0, ThresholdFor(add), ""};
+    if (remove && Young(remove)) mv.why_not = Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
+    if (add && !remove && static_cast<int>(set_.size()) >= adaptive_.max_gears_per_type) {
+      mv.why_not = "the dimension is at max_gears_per_type";
+    }
+    if (add && !remove && memory_.high && budget_ <= 0) mv.why_not = "memory is high: no net additions";
+    if (remove && !add && static_cast<int>(set_.size()) <= adaptive_.min_gear_count_per_type) {
+      mv.why_not = "the dimension is at min_gear_count_per_type";
+    }
+    // The largest gear goes only once the planned largest is in place (a
+    // splittable dimension would otherwise shrink into many chunks).
+    if (remove && remove == set_.back() &&
+        !(std::binary_search(set_.begin(), set_.end(), target_.back()) && remove > target_.back())) {
+      mv.why_not = Cat("gear ", remove, " is the largest until the planned largest is in place");
+    }
+    return mv;
+  }
+
+  // Every single move toward the target: add a target gear, remove a gear
+  // the target lacks, or replace a neighbouring gear by a target gear (far
+  // apart, an add and a remove are independent moves). Sets *any_removal.
+  std::vector<Move> CandidateMoves(bool* any_removal) const {
+    const double base = CostOf(set_);
+    std::vector<int64_t> adds, removes;
+    for (int64_t t : target_) {
+      if (!std::binary_search(set_.begin(), set_.end(), t)) adds.push_back(t);
+    }
+    for (int64_t c : set_) {
+      if (std::binary_search(target_.begin(), target_.end(), c)) continue;
+      if (keep_max_ && c == max_gear_) continue;
+      removes.push_back(c);
+    }
+    *any_removal = !removes.empty();
+    std::vector<Move> moves;
+    if (target_.empty()) return moves;
+    for (int64_t t : adds) moves.push_back(Consider("add", t, 0, base));
+    for (int64_t c : removes) moves.push_back(Consider("remove", 0, c, base));
+    for (int64_t t : adds) {
+      auto above = std::upper_bound(set_.begin(), set_.end(), t);
+      for (auto it : {above, above == set_.begin() ? set_.end() : std::prev(above)}) {
+        if (it != set_.end() && std::binary_search(removes.begin(), removes.end(), *it)) {
+          moves.push_back(Consider("replace", t, *it, base));
+        }
+      }
+    }
+    return moves;
+  }
+
+  // Best net gain among the allowed moves that clear their threshold; under
+  // memory pressure, else the allowed removal that costs least. nullptr if
+  // none, after recording the best declined move.
+  const Move* Pick(const std::vector<Move>& moves, bool any_removal) {
+    const Move* best = nullptr;
+    const Move* best_declined = nullptr;
+    for (const Move& mv : moves) {
+      const double net = mv.gain - mv.compile;
+      const bool ok = mv.why_not.empty() && mv.gain >= mv.threshold;
+      if (ok && (best == nullptr || net > best->gain - best->compile)) best = &mv;
+      if (!ok && (best_declined == nullptr || net > best_declined->gain - best_declined->compile)) {
+        best_declined = &mv;
+      }
+    }
+    if (best == nullptr && memory_.high && any_removal) {
+      // Memory pressure: give back the gear whose removal costs least,
+      // within the count floor and the largest-gear rule (why_not).
+      for (const Move& mv : moves) {
+        if (mv.action == "remove" && mv.why_not.empty() && (best == nullptr || mv.gain > best->gain)) best = &mv;
+      }
+    }
+    if (best == nullptr && best_declined != nullptr) {
+      const Move& mv = *best_declined;
+      out_->record.declined.push_back(
+          {spec_.name, mv.action, mv.add ? mv.add : mv.remove, mv.add && mv.remove ? mv.remove : 0, mv.gain,
+           mv.compile, mv.gain - mv.compile,
+           !mv.why_not.empty() ? mv.why_not : Cat("outside the hysteresis band (gain must reach ", mv.threshold, " s)")});
+    }
+    return best;
+  }
+
+  void Apply(const Move& mv) {
+    if (mv.remove) {
+      set_.erase(std::find(set_.begin(), set_.end(), mv.remove));
+      out_->removed[d_].push_back(mv.remove);
+      MarkEvicted(mv.remove);
+    }
+    if (mv.add) {
+      set_.insert(std::lower_bound(set_.begin(), set_.end(), mv.add), mv.add);
+      out_->added[d_].push_back(mv.add);
+      created_[mv.add] = now_;
+    }
+    if (memory_.high && mv.add && !mv.remove) --budget_;
+    if (memory_.high && mv.remove && !mv.add) ++budget_;
+    out_->record.changes.push_back({spec_.name, mv.action, mv.add ? mv.add : mv.remove,
+                                    mv.add && mv.remove ? mv.remove : 0, mv.gain, mv.compile, mv.gain - mv.compile,
+                                    memory_.high && mv.action == "remove" && mv.gain < 0 ? "memory is high"
+                                                                                         : "gain clears the hysteresis"});
+    ++changes_;
+  }
+
+  // One move toward the target; false when none is taken.
+  bool Step() {
+    bool any_removal = false;
+    const std::vector<Move> moves = CandidateMoves(&any_removal);
+    if (moves.empty()) return false;
+    const Move* best = Pick(moves, any_removal);
+    if (best == nullptr) return false;
+    Apply(*best);
+    return true;
+  }
+
+  // The net change against the current gears (an addition removed again
+  // within the same update is no change).
+  void Publish() {
+    out_->removed[d_].clear();
+    out_->added[d_].clear();
+    for (int64_t c : current_) {
+      if (!std::binary_search(set_.begin(), set_.end(), c)) out_->removed[d_].push_back(c);
+    }
+    for (int64_t g : set_) {
+      if (!std::binary_search(current_.begin(), current_.end(), g)) out_->added[d_].push_back(g);
+    }
+    out_->next_gears[d_] = set_;
+  }
+
+  const DimensionSpec& spec_;
+  const Distribution& dist_;
+  const DimensionCost& cost_;
+  const double horizon_;
+  const std::vector<int64_t> current_;
+  const std::vector<int64_t> target_;
+  const MemoryState& memory_;
+  const AdaptiveOptions& adaptive_;
+  const ReplanOptions& o_;
+  const double now_;
+  const int d_;
+  UpdateDecision* out_;
+  const bool keep_max_;  // a non-splittable dimension keeps its largest gear (requests above it would fail)
+  const int64_t max_gear_;
+  std::vector<int64_t> set_;
+  std::map<int64_t, double> removed_at_;
+  std::map<int64_t, double> created_;
+  int changes_ = 0;
+  int64_t budget_ = 0;  // net additions allowed while memory is high (none beyond removals)
+};
+
+}  // namespace
+
+void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds, const DimensionCost& cost,
+                     const MemoryState& memory, const AdaptiveOptions& adaptive, const ReplanOptions& o,
+                     double now, UpdateDecision* out) {
+  const DimensionSpec& spec = gears.dimension(d);
+  std::vector<int64_t> current(gears.gears(d).begin(), gears.gears(d).end());
+  out->next_gears[d] = current;
+  if (ds == nullptr) return;
+  const Distribution dist(ds->sizes, cost.model);
+  if (dist.empty() || dist.total_weight() < o.min_window_weight) {
+    out->record.declined.push_back({spec.name, "none", 0, 0, 0.0, 0.0, 0.0,
+                                    Cat("too little traffic in the window (", dist.empty() ? 0.0 : dist.total_weight(),
+                                        " < min_window_weight)")});
+    return;
+  }
+  // The window's decayed weights stand for this many seconds of traffic
+  // (only the part of the window that has traffic yet); window padding
+  // times `horizon` is padding over the payback horizon.
+  const double horizon = HorizonFactor(ds->observed_seconds, adaptive, o);
+  const bool keep_max = !spec.splittable;
+  std::vector<int64_t> target = PlanTarget(dist, current, keep_max, cost, horizon, adaptive, o);
+  out->record.targets[d] = target;
+  DimensionReplanner(spec, *ds, dist, cost, horizon, std::move(current), std::move(target), memory, adaptive, o,
+                     now, d, out)
+      .Run();
+}
+
+}  // namespace gearbox::internal

@@ -1,0 +1,208 @@
+// DecideReplan on hand-made window statistics, as tests/policy_test.cc tests
+// DecideUpdate: each test builds the window the policy sees and checks the
+// decision and its record. Cost model defaults: compile 2 s, 2e-5 s per
+// unit, a 3600 s payback horizon (a 300 s window with traffic throughout
+// stands for 162 s, so window padding counts 22.2 times), additions need
+// 1.5 x compile = 3 s, removals may lose at most 1 s.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gearbox/replan_policy.h"
+
+namespace gearbox {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+constexpr double kNow = 10000.0;
+
+struct GearSpec {
+  int64_t gear;
+  double samples;      // events at the gear's own size spread over the window (0: none)
+  double created;      // when the gear was created
+  bool initial = true; // in the runtime's initial set (not added by the policy)
+  int64_t raw = 0;     // the events' size (0: the gear's own)
+};
+
+// One non-splittable SEQLEN dimension: its gears and the window's sizes.
+struct Window {
+  GearSet gears;
+  WindowStats stats;
+};
+
+Window MakeWindow(const std::vector<GearSpec>& specs, const std::vector<WeightedSize>& sizes,
+                  std::vector<std::pair<int64_t, double>> recently_removed = {}) {
+  std::vector<int64_t> values;
+  for (const GearSpec& s : specs) values.push_back(s.gear);
+  Window w{*GearSet::Create({{"SEQLEN", values, false, false}}), {}};
+  w.stats.now = kNow;
+  DimensionStats& d = w.stats.dimensions.emplace_back();
+  d.name = "SEQLEN";
+  for (const GearSpec& s : specs) {
+    std::vector<RawEvent> events;
+    const int n = static_cast<int>(s.samples);
+    for (int i = 0; i < n; ++i) events.push_back({s.raw > 0 ? s.raw : s.gear, kNow - 290.0 + 290.0 * i / std::max(n - 1, 1), 1});
+    GearStats g = MakeGearStats(s.gear, events, kNow, 150.0, s.created);
+    g.initial = s.initial;
+    d.gears.push_back(std::move(g));
+  }
+  FinalizeDimensionStats(&d);
+  d.sizes = sizes;
+  d.observed_seconds = 300.0;
+  d.recently_removed = std::move(recently_removed);
+  return w;
+}
+
+MemoryState High() {
+  MemoryState m;
+  m.usage = 0.95;
+  m.threshold = 0.90;
+  m.high = true;
+  return m;
+}
+
+UpdateDecision Decide(const Window& w, const MemoryState& memory = {}, const ReplanOptions& o = {}) {
+  return DecideReplan(w.gears, w.stats, memory, AdaptiveOptions{}, o, kNow);
+}
+
+// Window padding seconds times this is padding over the payback horizon.
+double Horizon() {
+  const double lambda = std::log(2.0) / 150.0;
+  return 3600.0 / ((1.0 - std::exp(-lambda * 300.0)) / lambda);
+}
+
+TEST(ReplanDecision, AddsAGearWherePaddingIsHeavyAndTheGainPaysItsCompile) {
+  // 100 decayed requests of 100 on gear 1024: 100 x 2e-5 x 924 = 1.85 s of
+  // padding a window, 41 s over the horizon; the planned gears pay their
+  // compiles many times over.
+  const Window w = MakeWindow({{1024, 100, 0}}, {{100, 100.0}});
+  const UpdateDecision d = Decide(w);
+  EXPECT_TRUE(d.changed);
+  EXPECT_THAT(d.next_gears[0], Contains(100));
+  EXPECT_EQ(d.next_gears[0].back(), 1024);  // non-splittable: the largest gear stays
+  ASSERT_FALSE(d.record.changes.empty());
+  double gain = 0, compile = 0;
+  for (const ChangeRecord& c : d.record.changes) {
+    gain += c.gain_seconds;
+    compile += c.compile_seconds;
+  }
+  EXPECT_NEAR(gain, 100 * 2e-5 * 924 * Horizon() - 0.0, 1.0);
+  EXPECT_GE(gain, 1.5 * compile);
+  // Above the planned gear, no gap wider than tail_ratio (2).
+  const auto& g = d.next_gears[0];
+  for (size_t i = 1; i < g.size(); ++i) EXPECT_LE(g[i], 2 * g[i - 1]) << g[i - 1] << " -> " << g[i];
+}
+
+TEST(ReplanDecision, HoldsStillInsideTheHysteresisBand) {
+  // 250 decayed requests of 1000 on gear 1024: adding 1000 saves
+  // 250 x 2e-5 x 24 x 22.2 = 2.66 s, more than its 2 s compile (a net gain)
+  // but under 1.5 x 2 = 3 s: nothing moves, and the record says why.
+  const Window w = MakeWindow({{1024, 250, 0}}, {{1000, 250.0}});
+  const UpdateDecision d = Decide(w);
+  EXPECT_FALSE(d.changed);
+  EXPECT_THAT(d.next_gears[0], ElementsAre(1024));
+  EXPECT_THAT(d.record.targets[0], ElementsAre(1000, 1024));
+  ASSERT_EQ(d.record.declined.size(), 1u);
+  const ChangeRecord& no = d.record.declined[0];
+  EXPECT_EQ(no.action, "add");
+  EXPECT_EQ(no.gear, 1000);
+  EXPECT_NEAR(no.gain_seconds, 250 * 2e-5 * 24 * Horizon(), 1e-6);
+  EXPECT_GT(no.net_seconds, 0);
+  EXPECT_THAT(no.reason, HasSubstr("outside the hysteresis band (gain must reach 3 s)"));
+  // Twice the traffic clears the band.
+  const UpdateDecision more = Decide(MakeWindow({{1024, 500, 0}}, {{1000, 500.0}}));
+  EXPECT_THAT(more.next_gears[0], ElementsAre(1000, 1024));
+}
+
+TEST(ReplanDecision, ARemovalMayLoseAtMostOneHeldGraph) {
+  // Gear 300's few requests of 290 would pad to 1024 if it went:
+  // 4.6 x 2e-5 x 734 x 22.2 = 1.5 s lost, more than holding one graph (1 s)
+  // but less than a compile, so it is neither planned nor removed.
+  const Window w = MakeWindow({{100, 200, 0}, {300, 0, 0}, {1024, 200, 0}},
+                              {{100, 200.0}, {290, 4.6}, {1024, 200.0}});
+  const UpdateDecision d = Decide(w);
+  EXPECT_THAT(d.record.targets[0], ElementsAre(100, 1024));
+  EXPECT_FALSE(d.changed);
+  ASSERT_EQ(d.record.declined.size(), 1u);
+  EXPECT_EQ(d.record.declined[0].action, "remove");
+  EXPECT_EQ(d.record.declined[0].gear, 300);
+  EXPECT_THAT(d.record.declined[0].reason, HasSubstr("gain must reach -1 s"));
+}
+
+TEST(ReplanDecision, MemoryPressureGivesBackTheGearThatCostsLeast) {
+  // The same window under memory pressure: 300 goes although its removal
+  // loses more than the band allows, and nothing is added.
+  const Window w = MakeWindow({{100, 200, 0}, {300, 0, 0}, {1024, 200, 0}},
+                              {{100, 200.0}, {290, 4.6}, {1024, 200.0}});
+  const UpdateDecision d = Decide(w, High());
+  EXPECT_TRUE(d.changed);
+  EXPECT_THAT(d.removed[0], ElementsAre(300));
+  EXPECT_THAT(d.added[0], IsEmpty());
+  EXPECT_THAT(d.next_gears[0], ElementsAre(100, 1024));
+  ASSERT_EQ(d.record.changes.size(), 1u);
+  EXPECT_EQ(d.record.changes[0].reason, "memory is high");
+  EXPECT_EQ(d.record.memory.high, true);
+}
+
+TEST(ReplanDecision, MemoryPressureAddsNothingNet) {
+  // The window of the first test under pressure: the planned gears would
+  // grow the set, so none is added.
+  const Window w = MakeWindow({{1024, 100, 0}}, {{100, 100.0}});
+  const UpdateDecision d = Decide(w, High());
+  EXPECT_THAT(d.next_gears[0], ElementsAre(1024));
+  EXPECT_FALSE(d.changed);
+}
+
+TEST(ReplanDecision, RespectsTheLifetimeOfGearsItAdded) {
+  // Gear 100 carries almost nothing now (0.5 decayed requests; removing it
+  // loses 0.2 s, inside what a removal may lose). Added by the policy 600 s
+  // ago (and used), it stays for min_gear_lifetime_seconds (2400); added
+  // 3000 s ago, or one of the initial gears, it goes.
+  const std::vector<WeightedSize> sizes = {{100, 0.5}, {1024, 500.0}};
+  const UpdateDecision young = Decide(MakeWindow({{100, 1, kNow - 600, false}, {1024, 500, 0}}, sizes));
+  EXPECT_THAT(young.next_gears[0], ElementsAre(100, 1024));
+  EXPECT_FALSE(young.changed);
+  ASSERT_EQ(young.record.declined.size(), 1u);
+  EXPECT_THAT(young.record.declined[0].reason,
+              HasSubstr("gear 100 was added less than min_gear_lifetime_seconds ago"));
+  const UpdateDecision old = Decide(MakeWindow({{100, 1, kNow - 3000, false}, {1024, 500, 0}}, sizes));
+  EXPECT_THAT(old.removed[0], ElementsAre(100));
+  const UpdateDecision initial = Decide(MakeWindow({{100, 1, kNow - 600, true}, {1024, 500, 0}}, sizes));
+  EXPECT_THAT(initial.removed[0], ElementsAre(100));
+  // An idle gear is not protected by its lifetime: removing it is no churn.
+  const UpdateDecision idle = Decide(MakeWindow({{100, 0, kNow - 600, false}, {1024, 500, 0}}, sizes));
+  EXPECT_THAT(idle.removed[0], ElementsAre(100));
+}
+
+TEST(ReplanDecision, AGearRemovedWithinTheCooldownNeedsTwiceTheGain) {
+  // 500 requests of 1000 gain 5.3 s: enough for a new gear (3 s), not for
+  // one removed 600 s ago (6 s).
+  const std::vector<WeightedSize> sizes = {{1000, 500.0}};
+  EXPECT_THAT(Decide(MakeWindow({{1024, 500, 0}}, sizes)).next_gears[0], ElementsAre(1000, 1024));
+  const UpdateDecision d = Decide(MakeWindow({{1024, 500, 0}}, sizes, {{1000, kNow - 600}}));
+  EXPECT_THAT(d.next_gears[0], ElementsAre(1024));
+  ASSERT_EQ(d.record.declined.size(), 1u);
+  EXPECT_THAT(d.record.declined[0].reason, HasSubstr("gain must reach 6 s"));
+}
+
+TEST(ReplanDecision, TooLittleTrafficChangesNothing) {
+  // Ten requests of 100 on gear 1024: below min_window_weight (20) the
+  // dimension is left alone, although the seed's pad rule would add 100.
+  const Window w = MakeWindow({{1024, 10, 0, true, 100}}, {{100, 10.0}});
+  const UpdateDecision d = Decide(w);
+  EXPECT_FALSE(d.changed);
+  EXPECT_THAT(d.added[0], IsEmpty());
+  EXPECT_THAT(d.next_gears[0], ElementsAre(1024));
+  ASSERT_EQ(d.record.declined.size(), 1u);
+  EXPECT_THAT(d.record.declined[0].reason, HasSubstr("too little traffic in the window"));
+}
+
+}  // namespace
+}  // namespace gearbox
