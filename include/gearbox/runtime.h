@@ -82,7 +82,9 @@ struct RuntimeOptions {
   // worker's drain thread folds a ring into the window statistics when it is
   // half full; an event that finds its ring full is dropped and counted
   // (UpdateRecord::events_dropped). Without a worker the recording thread
-  // folds the rings itself instead: nothing is dropped.
+  // folds the rings itself instead: nothing is dropped. Memory: this many
+  // events x (2 + 2 x dimensions) x 8 bytes per recording thread (192 KiB
+  // for two dimensions), allocated on the thread's first event.
   size_t event_buffer_events = 4096;
 };
 

@@ -415,6 +415,8 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
       }
       owned = *std::move(compiled);
       exe = owned.get();
+      // Later variants (a split's chunks share a gear) find it without a lock.
+      table = cache_->table.load(std::memory_order_seq_cst);
     }
     RunShape shape{dims, v.gear, v.extent};
     if (zero_copy) {
