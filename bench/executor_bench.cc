@@ -1,13 +1,22 @@
 // The executor and the oneDNN backend.
-//   OMP_NUM_THREADS=1 build/bench/executor_bench
-// - BM_ExecutorOverhead vs BM_DirectCall: what the executor adds to a
-//   request that needs no padding (target <= 2 us), on a backend whose
-//   executable does nothing.
+//   OMP_NUM_THREADS=1 build/bench/executor_bench --benchmark_filter='Executor|DirectCall'
+//       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true  (one command line)
+// - BM_Executor/<case> vs BM_DirectCall/<case>: what the executor adds to a
+//   request (target <= 2 us), on a backend whose executable does nothing:
+//   0 exact gear (8 x 256 x 64 floats, zero copy), 1 padded (1 x 20 -> gear
+//   1 x 32), 2 split (12 x 16 -> chunks 8 + 4), 3 2-D padded (3 x 20 -> 4 x 32);
+//   cases 1-3 on 8 floats per token, staging, gather and scatter included.
+//   BM_DirectCall runs the executable on gear-sized tensors as often as the
+//   plan has variants.
+// - BM_ExecutorThreads/threads:2: the exact case on two threads (no lock
+//   or shared reference count on a hit).
 // - BM_OneDnnCompile/<seq>: compiling one gear (primitives + workspace).
 // - BM_OneDnnRun/<seq>/<gear>: a request of <seq> tokens run on gear <gear>
 //   (gear == seq: exact; gear > seq: padded).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <array>
 #include <random>
 
 #include "gearbox/backends/onednn.h"
@@ -25,8 +34,8 @@ class NoopExecutable final : public Executable {
 
 class NoopBackend final : public Backend {
  public:
-  NoopBackend() {
-    TensorSpec x{"x", {kDLFloat, 32, 1}, {1, 1, 64}, {{0, 0}, {1, 1}}};
+  explicit NoopBackend(int64_t hidden = 64) {
+    TensorSpec x{"x", {kDLFloat, 32, 1}, {1, 1, hidden}, {{0, 0}, {1, 1}}};
     TensorSpec y = x;
     y.name = "y";
     sig_.inputs = {x};
@@ -51,7 +60,7 @@ struct Setup {
     o.pool = &pool;
     o.start_worker = true;
     runtime = *AdaptiveGearRuntime::Create(
-        {{"BATCHSIZE", *MakeTimesGears(1, 64), true, false}, {"SEQLEN", *MakeTimesGears(16, 4096), false, false}}, o);
+        {{"BATCHSIZE", *MakeTimesGears(1, 8), true, false}, {"SEQLEN", *MakeTimesGears(16, 4096), false, false}}, o);
   }
 };
 
@@ -65,31 +74,76 @@ struct Buffers {
   }
 };
 
-void BM_ExecutorOverhead(benchmark::State& state) {
+// The request of each case: raw sizes, hidden size, and the gears of its variants.
+struct Case {
+  int64_t batch, seq, hidden;
+  std::vector<std::array<int64_t, 2>> variants;
+};
+Case BenchCase(int64_t index) {
+  switch (index) {
+    case 0: return {8, 256, 64, {{8, 256}}};           // exact gear: zero copy
+    case 1: return {1, 20, 8, {{1, 32}}};              // padded
+    case 2: return {12, 16, 8, {{8, 16}, {4, 16}}};    // split: two chunks
+    default: return {3, 20, 8, {{4, 32}}};             // padded in both dimensions
+  }
+}
+const char* CaseName(int64_t index) {
+  static const char* names[] = {"exact", "padded", "split", "padded_2d"};
+  return names[std::clamp<int64_t>(index, 0, 3)];
+}
+
+void BM_Executor(benchmark::State& state) {
+  const Case c = BenchCase(state.range(0));
   Setup s;
-  NoopBackend backend;
+  NoopBackend backend(c.hidden);
   auto executor = *GearedExecutor::Create(s.runtime.get(), &backend);
-  Buffers buf(8, 256, 64);  // exactly gears 8 x 256: zero copy
+  Buffers buf(c.batch, c.seq, c.hidden);
+  const DLTensor in[] = {buf.in};
+  const DLTensor out[] = {buf.out};
+  if (!executor->Run(in, out).ok()) state.SkipWithError("run failed");  // compiles
+  for (auto _ : state) {
+    if (!executor->Run(in, out).ok()) state.SkipWithError("run failed");
+  }
+  const ExecutorStats st = executor->stats();
+  state.SetLabel(CaseName(state.range(0)));
+  state.counters["variants"] = static_cast<double>(st.variants) / static_cast<double>(st.requests);
+  state.counters["zero_copy"] = static_cast<double>(st.zero_copy_requests) / static_cast<double>(st.requests);
+}
+BENCHMARK(BM_Executor)->DenseRange(0, 3);
+
+void BM_DirectCall(benchmark::State& state) {
+  const Case c = BenchCase(state.range(0));
+  NoopBackend backend(c.hidden);
+  std::vector<std::shared_ptr<Executable>> exes;
+  std::vector<std::unique_ptr<Buffers>> bufs;
+  for (const auto& g : c.variants) {
+    exes.push_back(*backend.Compile(g));
+    bufs.push_back(std::make_unique<Buffers>(g[0], g[1], c.hidden));
+  }
+  for (auto _ : state) {
+    for (size_t v = 0; v < exes.size(); ++v) {
+      const DLTensor in[] = {bufs[v]->in};
+      const DLTensor out[] = {bufs[v]->out};
+      benchmark::DoNotOptimize(exes[v]->Run(in, out, {2, c.variants[v].data(), c.variants[v].data()}));
+    }
+  }
+  state.SetLabel(CaseName(state.range(0)));
+}
+BENCHMARK(BM_DirectCall)->DenseRange(0, 3);
+
+void BM_ExecutorThreads(benchmark::State& state) {
+  static Setup* s = new Setup();
+  static NoopBackend* backend = new NoopBackend();
+  static GearedExecutor* executor = GearedExecutor::Create(s->runtime.get(), backend)->release();
+  Buffers buf(8, 256, 64);  // exact gear: zero copy
   const DLTensor in[] = {buf.in};
   const DLTensor out[] = {buf.out};
   for (auto _ : state) {
     if (!executor->Run(in, out).ok()) state.SkipWithError("run failed");
   }
-  state.counters["zero_copy"] = static_cast<double>(executor->stats().zero_copy_requests) /
-                                static_cast<double>(executor->stats().requests);
+  state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_ExecutorOverhead);
-
-void BM_DirectCall(benchmark::State& state) {
-  NoopBackend backend;
-  const int64_t gears[] = {8, 256};
-  auto exe = *backend.Compile(gears);
-  Buffers buf(8, 256, 64);
-  const DLTensor in[] = {buf.in};
-  const DLTensor out[] = {buf.out};
-  for (auto _ : state) benchmark::DoNotOptimize(exe->Run(in, out, {2, gears, gears}));
-}
-BENCHMARK(BM_DirectCall);
+BENCHMARK(BM_ExecutorThreads)->Threads(1)->Threads(2)->UseRealTime();
 
 std::unique_ptr<Backend> OneDnn() {
   TransformerBlockOptions o;

@@ -254,6 +254,44 @@ TEST(Executor, EvictionDuringARunWaitsForTheRun) {
   EXPECT_EQ(f.shared.compiles.load(), 2);
 }
 
+TEST(Executor, TheUpdateThatEvictsAGearDropsTheExecutorsReferenceAtOnce) {
+  Fixture f;
+  ASSERT_TRUE(f.RunAndCheck(2, 3).ok());  // compiles (2, 4)
+  ASSERT_TRUE(f.RunAndCheck(2, 3).ok());  // a hit: no second compile
+  EXPECT_EQ(f.shared.compiles.load(), 1);
+  EXPECT_EQ(f.executor->cached_executables(), 1u);
+  auto r = f.runtime->CommitUpdate({{1, 4}, {8}}, 1.0);  // evicts BATCHSIZE 2 and SEQLEN 4
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(f.executor->cached_executables(), 0u);  // not only on its next use
+  EXPECT_EQ(f.shared.alive.load(), 0);              // no request runs it: released now
+}
+
+TEST(Executor, HitsAndEvictionsFromManyThreadsNeverReleaseARunningExecutable) {
+  Fixture f;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        if (!f.RunAndCheck(1 + (i + t) % 4, 1 + i % 8).ok()) failures.fetch_add(1);
+      }
+    });
+  }
+  for (int u = 0; u < 200; ++u) {  // gears come and go under the requests
+    auto r = f.runtime->CommitUpdate(u % 2 == 0 ? std::vector<std::vector<int64_t>>{{1, 2, 4}, {4, 8}}
+                                                : std::vector<std::vector<int64_t>>{{1, 4}, {8}},
+                                     1.0 + u);
+    ASSERT_TRUE(r.ok());
+    std::this_thread::yield();
+  }
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(f.shared.released_while_running.load(), 0);
+  EXPECT_GT(f.shared.compiles.load(), 2);
+}
+
 TEST(Executor, BadTensorsAreRejectedWithTheField) {
   Fixture f;
   Tensor x(2, 3, 2), y(2, 3, 2);

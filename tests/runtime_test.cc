@@ -7,8 +7,10 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "gearbox/update_worker.h"
+#include "src/stats/event_log.h"
 
 namespace gearbox {
 namespace {
@@ -115,6 +117,94 @@ TEST(Runtime, RecordEventValidatesAndFolds) {
   EXPECT_EQ(Gear(s, 0, 4).sample_count, 2u);
   EXPECT_NEAR(Gear(s, 0, 4).avg_pad_ratio, 0.25, 1e-12);
   EXPECT_NEAR(Gear(s, 1, 128).avg_pad_ratio, 28.0 / 128.0, 1e-12);
+}
+
+TEST(EventLog, AFullRingRefusesInsteadOfBlockingAndADrainFreesIt) {
+  internal::EventLog log(1, 3);  // rounded up to 4 events
+  EXPECT_EQ(log.ring_capacity(), 4u);
+  using R = internal::EventLog::AppendResult;
+  std::vector<R> results;
+  for (int64_t i = 0; i < 5; ++i) {
+    const int64_t raw[] = {i + 1};
+    const int64_t gear[] = {8};
+    results.push_back(log.Append(static_cast<double>(i), 1, raw, gear));
+  }
+  EXPECT_THAT(results, ElementsAre(R::kAppended, R::kHalfFull, R::kAppended, R::kAppended, R::kFull));
+  EXPECT_EQ(log.appended(), 4u);
+  log.CountDropped(1);
+  EXPECT_EQ(log.dropped(), 1u);
+  std::vector<int64_t> folded;
+  EXPECT_EQ(log.Drain([&](const int64_t* e) { folded.push_back(internal::EventWords::Raw(e, 0)); }), 4u);
+  EXPECT_THAT(folded, ElementsAre(1, 2, 3, 4));  // oldest first
+  const int64_t raw[] = {9};
+  const int64_t gear[] = {16};
+  EXPECT_EQ(log.Append(9.0, 2, raw, gear), R::kAppended);
+  EXPECT_EQ(log.Drain([](const int64_t*) {}), 1u);
+}
+
+TEST(EventLog, EachThreadWritesItsOwnRing) {
+  internal::EventLog log(1, 4);
+  auto fill = [&] {
+    const int64_t raw[] = {1};
+    const int64_t gear[] = {1};
+    for (int i = 0; i < 4; ++i) EXPECT_NE(log.Append(0.0, 1, raw, gear), internal::EventLog::AppendResult::kFull);
+  };
+  fill();
+  std::thread other(fill);  // a full ring on this thread does not fill the other's
+  other.join();
+  EXPECT_EQ(log.appended(), 8u);
+}
+
+TEST(Runtime, WithoutAWorkerAFullRingIsFoldedByTheRecordingThreadNothingDropped) {
+  ManualClock clock(0.0);
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
+  o.clock = &clock;
+  o.pool = &pool;
+  o.start_worker = false;
+  o.event_buffer_events = 4;
+  auto runtime = *AdaptiveGearRuntime::Create(Batch({1, 2, 4}), o);
+  SnapshotRef snap = runtime->GetSnapshot();
+  const int64_t raw[] = {3};
+  const Plan plan = *MakePlan(*snap, raw);
+  for (int i = 0; i < 1000; ++i) runtime->RecordPlan(plan, 1.0);
+  RuntimeCounters c = runtime->counters();
+  EXPECT_EQ(c.events_recorded, 1000u);
+  EXPECT_EQ(c.events_dropped, 0u);
+  EXPECT_GE(c.events_folded, 996u);  // every full ring was folded on the spot
+  auto record = runtime->RunOnce(2.0);
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->events_dropped, 0u);
+  EXPECT_EQ(runtime->counters().events_folded, 1000u);
+}
+
+TEST(Runtime, WithAWorkerAFullRingDropsAndCountsEveryEventItDoesNotRecord) {
+  ManualClock clock(0.0);  // no update happens: only the drain thread folds
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
+  o.clock = &clock;
+  o.pool = &pool;
+  o.start_worker = true;
+  o.event_buffer_events = 2;
+  auto runtime = *AdaptiveGearRuntime::Create(Batch({1, 2, 4}), o);
+  SnapshotRef snap = runtime->GetSnapshot();
+  const int64_t raw[] = {3};
+  const Plan plan = *MakePlan(*snap, raw);
+  constexpr uint64_t kEvents = 200000;
+  for (uint64_t i = 0; i < kEvents; ++i) runtime->RecordPlan(plan, 1.0);
+  runtime->StopWorker();
+  const RuntimeCounters c = runtime->counters();
+  EXPECT_EQ(c.events_recorded + c.events_dropped, kEvents);
+  auto record = runtime->RunOnce(2.0);
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->events_dropped, c.events_dropped);  // since the previous update: all of them
+  EXPECT_THAT(UpdateRecordToJson(*record), HasSubstr("\"events_dropped\":"));
+  EXPECT_EQ(runtime->counters().events_folded, c.events_recorded);  // every recorded event is folded
+  auto next = runtime->RunOnce(3.0);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->events_dropped, 0u);
 }
 
 TEST(Runtime, RunOncePublishesANewVersionAndOldSnapshotsStayValid) {

@@ -21,13 +21,27 @@ struct StressGraph : GraphResource {
   StressGraph(int64_t b, int64_t s) : batch(b), seq(s) { g_alive.fetch_add(1); }
   ~StressGraph() override { g_alive.fetch_sub(1); }
   absl::Status Release() override {
+    released.store(true);
     if (in_use.load() != 0) g_released_while_held.fetch_add(1);
     return absl::OkStatus();
   }
   int64_t bytes() const override { return batch * seq; }
   const int64_t batch, seq;
   std::atomic<int> in_use{0};
+  std::atomic<bool> released{false};
 };
+
+// Keeps the calling request's graphs held for a random while: mostly a few
+// yields (other requests and the updater run meanwhile), now and then a
+// sleep long enough for a whole update with its releases.
+void HoldForAWhile(std::mt19937_64& rng) {
+  const uint64_t draw = rng();
+  if (draw % 4096 == 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20 + static_cast<int>(draw >> 20) % 200));
+    return;
+  }
+  for (uint64_t i = draw % 8; i < 3; ++i) std::this_thread::yield();
+}
 
 // The caller's compile cache: gear combination -> pool key.
 class CompileCache {
@@ -156,6 +170,11 @@ StressReport RunStress(const StressConfig& config) {
           const int64_t raw[] = {batch, seq};
           Plan plan;
           if (!MakePlan(*snap, raw, &plan).ok()) continue;  // never happens: sizes fit
+          // Every graph of the request is held from its lookup to the end
+          // of the request, across yields and now and then a sleep, so an
+          // update (and its releases) can run while graphs are held: a pool
+          // that released a held graph would be seen by StressGraph::Release.
+          std::vector<std::shared_ptr<GraphResource>> held;
           plan.ForEachVariant([&](const Variant& v) {
             variants.fetch_add(1, std::memory_order_relaxed);
             if (v.eager) return;  // a sparse or joint miss: runs uncompiled
@@ -163,8 +182,15 @@ StressReport RunStress(const StressConfig& config) {
             auto* g = static_cast<StressGraph*>(graph.get());
             g->in_use.fetch_add(1);
             if (g->batch != v.gear[0] || g->seq != v.gear[1]) g_released_while_held.fetch_add(1000000);
-            g->in_use.fetch_sub(1);
+            held.push_back(std::move(graph));
           });
+          HoldForAWhile(rng);
+          for (const std::shared_ptr<GraphResource>& graph : held) {
+            auto* g = static_cast<StressGraph*>(graph.get());
+            if (g->released.load()) g_released_while_held.fetch_add(1);  // released under our feet
+            g->in_use.fetch_sub(1);
+          }
+          held.clear();
           runtime->RecordPlan(plan, clock.NowSeconds());
           served.fetch_add(1, std::memory_order_relaxed);
         }

@@ -4,11 +4,17 @@
 // compiled outside every lock; failures reported, never cached) -> run ->
 // record -> recover (slice padding off, concatenate chunks into the
 // outputs). Compiled executables live in the runtime's GraphResourcePool
-// under cleanup keys attached to their gears (§3.4): an evicted gear's
-// executable is released only after every run that uses it has finished,
-// and a request never fails because of a concurrent eviction.
+// under cleanup keys attached to their gears (§3.4); the executor keeps its
+// own references in a table published like the gear set (epoch-protected),
+// so a request finds its executables without a lock or a shared reference
+// count. An evicted gear's executable is dropped from the table by the
+// update that evicts it (a runtime release listener) and released only
+// after every run that uses it has finished; a request never fails because
+// of a concurrent eviction.
 //
-// Thread-safety: Run may be called from any number of threads.
+// Thread-safety: Run may be called from any number of threads. A request
+// pins the epoch for its whole Run (as a SnapshotRef does), which delays the
+// freeing of superseded snapshots and tables until it returns.
 #ifndef GEARBOX_EXECUTOR_H_
 #define GEARBOX_EXECUTOR_H_
 
@@ -58,8 +64,8 @@ class GearedExecutor {
   absl::Status Run(std::span<const DLTensor> inputs, std::span<const DLTensor> outputs);
 
   ExecutorStats stats() const;
-  // Gear combinations with a cached executable (some may have been evicted
-  // since; they are dropped on their next use).
+  // Gear combinations with a cached executable (an evicted gear's are
+  // dropped by the update that evicts it).
   size_t cached_executables() const;
 
  private:
@@ -68,14 +74,31 @@ class GearedExecutor {
 
   absl::Status CheckTensors(std::span<const DLTensor> inputs, std::span<const DLTensor> outputs,
                             int64_t* raw) const;
-  absl::StatusOr<std::shared_ptr<Executable>> Acquire(std::span<const int64_t> gears, bool eager);
+  // One compile, errors named; nothing cached.
+  absl::StatusOr<std::shared_ptr<Executable>> Compile(std::span<const int64_t> gears);
+  // A miss: compiles once per combination however many threads miss at
+  // once (they wait), publishes the result in the table unless its gear was
+  // evicted meanwhile; failures are never cached.
+  absl::StatusOr<std::shared_ptr<Executable>> CompileOnce(std::span<const int64_t> gears);
+  // The runtime's release listener: drops evicted executables from the table.
+  void OnReleased(std::span<const GraphKey> keys);
+  // Frees superseded tables no request still uses, unless a writer holds the lock.
+  void TryReclaim();
 
   AdaptiveGearRuntime* const runtime_;
   Backend* const backend_;
   const ExecutorOptions options_;
   std::unique_ptr<Cache> cache_;
+  uint64_t listener_ = 0;  // our release listener on the runtime
   // Statistics only (relaxed).
-  std::atomic<uint64_t> requests_{0}, failed_{0}, variants_{0}, zero_copy_{0};
+  // Per-request counters, striped by thread so that request threads do not
+  // share a cache line (stats() sums the stripes).
+  struct alignas(64) RequestCounters {
+    std::atomic<uint64_t> requests{0}, failed{0}, variants{0}, zero_copy{0};
+  };
+  static constexpr int kCounterStripes = 16;
+  RequestCounters& Counters();
+  RequestCounters counters_[kCounterStripes];
   std::atomic<uint64_t> compiles_{0}, compile_failures_{0}, eager_{0};
   std::atomic<uint64_t> compile_nanos_{0};
 };

@@ -78,9 +78,14 @@ struct RuntimeOptions {
   std::function<void(const UpdateRecord&)> on_update;
   // Where warnings go; null means stderr.
   LogSink log;
-  // Events per recording buffer; a full buffer is folded into the window
-  // statistics by the worker (or by the recording thread without a worker).
-  size_t event_buffer_events = 1024;
+  // Events per recording thread's ring (rounded up to a power of two). The
+  // worker's drain thread folds a ring into the window statistics when it is
+  // half full; an event that finds its ring full is dropped and counted
+  // (UpdateRecord::events_dropped). Without a worker the recording thread
+  // folds the rings itself instead: nothing is dropped. Memory: this many
+  // events x (2 + 2 x dimensions) x 8 bytes per recording thread (192 KiB
+  // for two dimensions), allocated on the thread's first event.
+  size_t event_buffer_events = 4096;
 };
 
 // An event as the seed's record_event takes it: per dimension the raw size
@@ -95,6 +100,7 @@ struct GearEvent {
 
 struct RuntimeCounters {
   uint64_t events_recorded = 0;  // events accepted on the request path
+  uint64_t events_dropped = 0;   // events not recorded: the thread's ring was full (worker running)
   uint64_t events_folded = 0;    // ... of which folded into window statistics
   uint64_t events_for_evicted_gears = 0;  // ... dropped: their gear was evicted first
   uint64_t events_too_late = 0;  // ... dropped: older than the window ring
@@ -118,7 +124,10 @@ class AdaptiveGearRuntime {
   // ---- request path ----
   SnapshotRef GetSnapshot() const noexcept;
   // Records one event per executed variant of `plan` (planned on any
-  // snapshot of this runtime). Cheap: appends to this thread's shard.
+  // snapshot of this runtime). Lock-free with the worker running: appends
+  // to this thread's ring, or drops the event (counted) when it is full.
+  // Without a worker, a full ring is folded by this thread under the stats
+  // lock (deterministic; nothing dropped).
   void RecordPlan(const Plan& plan, double now) noexcept;
   void RecordPlan(const Plan& plan) noexcept { RecordPlan(plan, Now()); }
   // The seed's record_event, with optional cleanup keys for the gears the
@@ -148,8 +157,19 @@ class AdaptiveGearRuntime {
   // changes on error.
   absl::StatusOr<UpdateRecord> CommitUpdate(const std::vector<std::vector<int64_t>>& gears,
                                             double now);
-  // Folds events waiting in full buffers (the worker calls it when woken).
+  // Folds every recorded event into the window statistics (the worker calls it when woken).
   void FoldPendingEvents();
+
+  // ---- release listeners ----
+  // Layers that keep their own references to pooled graphs (the executor)
+  // learn here which cleanup keys were just handed to the pool: after each
+  // RunOnce and CommitUpdate (with no keys when none were), on the updating
+  // thread, after the pool dropped its references, outside the runtime's
+  // other locks. Returns an id for RemoveReleaseListener.
+  using ReleaseListener = std::function<void(std::span<const GraphKey>)>;
+  uint64_t AddReleaseListener(ReleaseListener listener);
+  // Once it returns, the listener is not running and will not be called.
+  void RemoveReleaseListener(uint64_t id);
 
   // ---- worker ----
   GearUpdateWorker* worker() const { return worker_.get(); }

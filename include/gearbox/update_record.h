@@ -120,6 +120,10 @@ struct UpdateRecord {
   uint64_t version_before = 0;
   uint64_t version_after = 0;
   uint64_t cleanup_keys = 0;  // graph resources handed to remove_by_keys
+  // Events the request path dropped since the previous RunOnce because a
+  // thread's recording ring was full (the window is then a sample; only
+  // with the worker running). 0 in an operator's CommitUpdate record.
+  uint64_t events_dropped = 0;
   bool changed = false;
   // Replan policy only: the planned target per dimension, the changes taken
   // and the best change declined per dimension.

@@ -3,8 +3,8 @@
 // One thread. It sleeps on the runtime's Clock, wakes every
 // check_interval_seconds (60 s) and runs an update when
 // update_interval_seconds (300 s) have passed since the last one or memory
-// usage is at or above the threshold. It also wakes when a recording buffer
-// fills, to fold events into the window statistics. An update that fails or
+// usage is at or above the threshold, folding recorded events first (between
+// checks the runtime's drain thread folds them). An update that fails or
 // throws is logged and counted; the thread keeps running. A clock that jumps
 // backwards re-arms the next check at now + check_interval.
 //

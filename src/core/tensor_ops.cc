@@ -1,5 +1,6 @@
 #include "gearbox/tensor_ops.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -35,7 +36,8 @@ ByteView MakeView(const DLTensor& t, int64_t elem) {
 }
 
 // Copies a box of `extent` elements from src (starting at src_start) to dst
-// (at dst_start). Recursion over axes; contiguous innermost runs use memcpy.
+// (at dst_start). Axes contiguous in both views are merged first, so a run
+// is as long as the layouts allow; contiguous innermost runs use memcpy.
 void CopyBox(const ByteView& src, const int64_t* src_start, const ByteView& dst,
              const int64_t* dst_start, const int64_t* extent, int64_t elem) {
   const int n = src.ndim;
@@ -43,33 +45,52 @@ void CopyBox(const ByteView& src, const int64_t* src_start, const ByteView& dst,
     std::memcpy(dst.base, src.base, elem);
     return;
   }
-  int64_t index[kMaxTensorRank] = {};
-  const bool inner_contiguous =
-      src.byte_strides[n - 1] == elem && dst.byte_strides[n - 1] == elem;
-  const int outer = inner_contiguous ? n - 1 : n;
   for (int i = 0; i < n; ++i) {
     if (extent[i] == 0) return;
   }
+  const char* s0 = src.base;
+  char* d0 = dst.base;
+  for (int i = 0; i < n; ++i) {
+    s0 += src_start[i] * src.byte_strides[i];
+    d0 += dst_start[i] * dst.byte_strides[i];
+  }
+  // Merged axes, innermost first.
+  int64_t ext[kMaxTensorRank], ss[kMaxTensorRank], ds[kMaxTensorRank];
+  int m = 0;
+  ext[0] = extent[n - 1];
+  ss[0] = src.byte_strides[n - 1];
+  ds[0] = dst.byte_strides[n - 1];
+  for (int i = n - 2; i >= 0; --i) {
+    if (src.byte_strides[i] == ss[m] * ext[m] && dst.byte_strides[i] == ds[m] * ext[m]) {
+      ext[m] *= extent[i];
+    } else {
+      ++m;
+      ext[m] = extent[i];
+      ss[m] = src.byte_strides[i];
+      ds[m] = dst.byte_strides[i];
+    }
+  }
+  const bool inner_contiguous = ss[0] == elem && ds[0] == elem;
+  const int first_outer = inner_contiguous ? 1 : 0;
+  int64_t index[kMaxTensorRank] = {};
   while (true) {
-    const char* s = src.base;
-    char* d = dst.base;
-    for (int i = 0; i < outer; ++i) {
-      s += (src_start[i] + index[i]) * src.byte_strides[i];
-      d += (dst_start[i] + index[i]) * dst.byte_strides[i];
+    const char* sp = s0;
+    char* dp = d0;
+    for (int a = first_outer; a <= m; ++a) {
+      sp += index[a] * ss[a];
+      dp += index[a] * ds[a];
     }
     if (inner_contiguous) {
-      s += src_start[n - 1] * elem;
-      d += dst_start[n - 1] * elem;
-      std::memcpy(d, s, extent[n - 1] * elem);
+      std::memcpy(dp, sp, static_cast<size_t>(ext[0] * elem));
     } else {
-      std::memcpy(d, s, elem);
+      std::memcpy(dp, sp, static_cast<size_t>(elem));
     }
-    int i = outer - 1;
-    for (; i >= 0; --i) {
-      if (++index[i] < extent[i]) break;
-      index[i] = 0;
+    int a = first_outer;
+    for (; a <= m; ++a) {
+      if (++index[a] < ext[a]) break;
+      index[a] = 0;
     }
-    if (i < 0) return;
+    if (a > m) return;
   }
 }
 
@@ -80,12 +101,30 @@ void FillBox(const ByteView& dst, const int64_t* start, const int64_t* extent,
   for (int i = 0; i < n; ++i) {
     if (extent[i] == 0) return;
   }
+  if (n == 0) {
+    std::memcpy(dst.base, value, static_cast<size_t>(elem));
+    return;
+  }
+  // One run along the innermost axis per index of the outer axes; a
+  // contiguous run is filled by doubling memcpy, not element by element.
+  const int inner = n - 1;
+  const int64_t run = extent[inner];
+  const int64_t stride = dst.byte_strides[inner];
   int64_t index[kMaxTensorRank] = {};
   while (true) {
-    char* d = dst.base;
-    for (int i = 0; i < n; ++i) d += (start[i] + index[i]) * dst.byte_strides[i];
-    std::memcpy(d, value, elem);
-    int i = n - 1;
+    char* d = dst.base + start[inner] * stride;
+    for (int i = 0; i < inner; ++i) d += (start[i] + index[i]) * dst.byte_strides[i];
+    if (stride == elem) {
+      std::memcpy(d, value, static_cast<size_t>(elem));
+      for (int64_t filled = 1; filled < run;) {
+        const int64_t chunk = std::min(filled, run - filled);
+        std::memcpy(d + filled * elem, d, static_cast<size_t>(chunk * elem));
+        filled += chunk;
+      }
+    } else {
+      for (int64_t k = 0; k < run; ++k) std::memcpy(d + k * stride, value, static_cast<size_t>(elem));
+    }
+    int i = inner - 1;
     for (; i >= 0; --i) {
       if (++index[i] < extent[i]) break;
       index[i] = 0;

@@ -1,10 +1,16 @@
 #include "gearbox/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
+#include <set>
+#include <unordered_set>
 
 #include "fmt/ranges.h"
 #include "src/common/errors.h"
+#include "src/runtime/epoch.h"
+#include "src/stats/event_log.h"  // ThisThreadIndex
 
 namespace gearbox {
 namespace {
@@ -30,47 +36,166 @@ bool Compact(const DLTensor& t) {
   return true;
 }
 
-// A host buffer with a DLTensor view, for staging a variant's chunk.
+// A host buffer with a DLTensor view, for staging a variant's chunk. Its
+// storage is kept between requests (see Scratch), grown when too small.
 struct Staged {
-  std::vector<std::byte> bytes;
+  std::unique_ptr<std::byte[]> bytes;
+  size_t capacity = 0;
   std::vector<int64_t> shape;
   DLTensor tensor{};
 };
 
-absl::Status Stage(const TensorSpec& spec, const Variant& v, Staged* out) {
+// `zero`: clear it (outputs; an input is written whole by GatherChunk).
+absl::Status Stage(const TensorSpec& spec, const Variant& v, bool zero, Staged* out) {
   out->shape = spec.shape;
   for (const AxisBinding& b : spec.bindings) out->shape[b.axis] = v.gear[b.dimension];
   int64_t elements = 1;
   for (int64_t s : out->shape) elements *= s;
   auto elem = ElementBytes(spec.dtype, spec.name);
   if (!elem.ok()) return elem.status();
-  out->bytes.assign(static_cast<size_t>(elements * *elem), std::byte{0});
-  out->tensor = DLTensor{out->bytes.data(), {kDLCPU, 0}, static_cast<int>(out->shape.size()),
+  const size_t bytes = static_cast<size_t>(elements * *elem);
+  if (bytes > out->capacity) {
+    out->bytes.reset(new std::byte[bytes]);
+    out->capacity = bytes;
+  }
+  if (zero) std::memset(out->bytes.get(), 0, bytes);
+  out->tensor = DLTensor{out->bytes.get(), {kDLCPU, 0}, static_cast<int>(out->shape.size()),
                          spec.dtype, out->shape.data(), nullptr, 0};
   return absl::OkStatus();
 }
 
+// Staging buffers and views, one set per thread, reused by its requests (no
+// allocation once warm). A nested Run on the same thread (an executable
+// that runs another executor) gets a fresh set.
+struct Scratch {
+  std::vector<Staged> in, out;
+  std::vector<DLTensor> in_views, out_views;
+  bool busy = false;
+};
+
+class ScratchLease {
+ public:
+  ScratchLease(size_t inputs, size_t outputs) {
+    thread_local Scratch shared;
+    scratch_ = shared.busy ? &own_ : &shared;
+    scratch_->busy = true;
+    if (scratch_->in.size() < inputs) scratch_->in.resize(inputs);
+    if (scratch_->out.size() < outputs) scratch_->out.resize(outputs);
+    scratch_->in_views.resize(inputs);
+    scratch_->out_views.resize(outputs);
+  }
+  ~ScratchLease() { scratch_->busy = false; }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  Scratch& operator*() const { return *scratch_; }
+
+ private:
+  Scratch own_;
+  Scratch* scratch_;
+};
+
 }  // namespace
 
-// Single-flight compile cache: gear combination -> pool key.
-// Thread-safety: mu_ guards entries_; compiles run outside it; waiters for
-// an in-flight compile sleep on compiled_.
+// The executor's own references to its compiled executables.
+//
+// Lookup (request threads, no lock): the live executables are an immutable
+// Table, sorted by gear combination, published through an atomic pointer
+// and reclaimed with the epoch scheme of the gear-set snapshots
+// (src/runtime/epoch.h). A request pins the epoch with its SnapshotRef for
+// the whole Run and loads the table once, so neither the table nor any
+// executable in it can be freed while the request runs: a table superseded
+// by an eviction is freed (dropping its references; the last one releases
+// the graph through the pool's handle) only once no reader pinned before the
+// eviction remains.
+//
+// Writers (misses, evictions, reclaims) serialize on mu, which also guards
+// the single-flight set: one compile per combination, outside every lock;
+// waiters sleep on `compiled`; failures are never cached.
+// Lock order: runtime listeners -> mu -> pool.
 class GearedExecutor::Cache {
  public:
-  struct Entry {
-    bool compiling = true;
+  struct Slot {
+    Combo combo;
     GraphKey key = 0;
+    std::shared_ptr<Executable> exe;  // shares the pool's handle
   };
+  struct Table {
+    std::vector<Slot> slots;  // ascending by combo
+    const Slot* Find(const Combo& combo) const {
+      auto it = std::lower_bound(slots.begin(), slots.end(), combo,
+                                 [](const Slot& s, const Combo& c) { return s.combo < c; });
+      return it != slots.end() && !(combo < it->combo) ? &*it : nullptr;
+    }
+  };
+  using Freeable = std::vector<std::unique_ptr<const Table>>;
+
+  ~Cache() { delete table.load(std::memory_order_acquire); }
+
+  // Makes `next` current and retires the previous table.
+  void PublishLocked(std::unique_ptr<Table> next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const Table* old = table.exchange(next.release(), std::memory_order_seq_cst);
+    const uint64_t tag = internal::EpochDomain::Global().Advance();
+    retired.emplace_back(tag, std::unique_ptr<const Table>(old));
+    retired_count.store(retired.size(), std::memory_order_relaxed);
+  }
+  // Retired tables no reader can still use; the caller frees them outside mu.
+  Freeable TakeFreeableLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    Freeable out;
+    auto keep = retired.begin();
+    for (auto it = retired.begin(); it != retired.end(); ++it) {
+      if (internal::EpochDomain::Global().SafeToFree(it->first)) {
+        out.push_back(std::move(it->second));
+      } else {
+        *keep++ = std::move(*it);
+      }
+    }
+    retired.erase(keep, retired.end());
+    retired_count.store(retired.size(), std::memory_order_relaxed);
+    return out;
+  }
+
+  std::atomic<const Table*> table{new Table()};  // replaced only under mu
+  std::atomic<size_t> retired_count{0};          // a hint for requests: something to reclaim
   Mutex mu;
   CondVar compiled;
-  std::map<Combo, Entry> entries ABSL_GUARDED_BY(mu);
+  std::set<Combo> compiling ABSL_GUARDED_BY(mu);
+  std::vector<std::pair<uint64_t, std::unique_ptr<const Table>>> retired ABSL_GUARDED_BY(mu);
 };
 
 GearedExecutor::GearedExecutor(AdaptiveGearRuntime* runtime, Backend* backend,
                                ExecutorOptions options)
-    : runtime_(runtime), backend_(backend), options_(options), cache_(std::make_unique<Cache>()) {}
+    : runtime_(runtime), backend_(backend), options_(options), cache_(std::make_unique<Cache>()) {
+  listener_ = runtime_->AddReleaseListener([this](std::span<const GraphKey> keys) { OnReleased(keys); });
+}
 
-GearedExecutor::~GearedExecutor() = default;
+GearedExecutor::~GearedExecutor() { runtime_->RemoveReleaseListener(listener_); }
+
+void GearedExecutor::OnReleased(std::span<const GraphKey> keys) {
+  Cache& c = *cache_;
+  Cache::Freeable freeable;
+  {
+    MutexLock lock(&c.mu);
+    const Cache::Table* current = c.table.load(std::memory_order_relaxed);
+    const std::unordered_set<GraphKey> gone(keys.begin(), keys.end());
+    auto evicted = [&](const Cache::Slot& slot) { return gone.count(slot.key) != 0; };
+    if (std::any_of(current->slots.begin(), current->slots.end(), evicted)) {
+      auto next = std::make_unique<Cache::Table>();
+      std::copy_if(current->slots.begin(), current->slots.end(), std::back_inserter(next->slots),
+                   [&](const Cache::Slot& slot) { return !evicted(slot); });
+      c.PublishLocked(std::move(next));
+    }
+    freeable = c.TakeFreeableLocked();
+  }
+}  // freeable's references drop here, outside mu
+
+void GearedExecutor::TryReclaim() {
+  Cache& c = *cache_;
+  if (!c.mu.TryLock()) return;  // a writer is at it; it reclaims too
+  Cache::Freeable freeable = c.TakeFreeableLocked();
+  c.mu.Unlock();
+}
+
+
 
 absl::StatusOr<std::unique_ptr<GearedExecutor>> GearedExecutor::Create(AdaptiveGearRuntime* runtime,
                                                                       Backend* backend,
@@ -164,97 +289,96 @@ absl::Status GearedExecutor::CheckTensors(std::span<const DLTensor> inputs,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Acquire(std::span<const int64_t> gears,
-                                                                   bool eager) {
-  auto compile = [&]() -> absl::StatusOr<std::shared_ptr<Executable>> {
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::shared_ptr<Executable>> exe;
-    try {
-      exe = backend_->Compile(gears);
-    } catch (const std::exception& e) {
-      exe = absl::InternalError(Cat("compile threw: ", e.what()));
-    } catch (...) {
-      exe = absl::InternalError("compile threw an unknown exception");
-    }
-    compile_nanos_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                       std::chrono::steady_clock::now() - start)
-                                                       .count()),
-                             std::memory_order_relaxed);
-    if (exe.ok() && *exe == nullptr) exe = absl::InternalError("compile returned no executable");
-    if (!exe.ok()) {
-      compile_failures_.fetch_add(1, std::memory_order_relaxed);
-      return absl::Status(exe.status().code(),
-                          Cat("compiling gears (", fmt::format("{}", fmt::join(gears, ",")), ") failed: ",
-                              internal::Message(exe.status())));
-    }
-    compiles_.fetch_add(1, std::memory_order_relaxed);
-    return exe;
-  };
-  if (eager) {
-    eager_.fetch_add(1, std::memory_order_relaxed);
-    return compile();
+absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(std::span<const int64_t> gears) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::shared_ptr<Executable>> exe;
+  try {
+    exe = backend_->Compile(gears);
+  } catch (const std::exception& e) {
+    exe = absl::InternalError(Cat("compile threw: ", e.what()));
+  } catch (...) {
+    exe = absl::InternalError("compile threw an unknown exception");
   }
+  compile_nanos_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                     std::chrono::steady_clock::now() - start)
+                                                     .count()),
+                           std::memory_order_relaxed);
+  if (exe.ok() && *exe == nullptr) exe = absl::InternalError("compile returned no executable");
+  if (!exe.ok()) {
+    compile_failures_.fetch_add(1, std::memory_order_relaxed);
+    return absl::Status(exe.status().code(),
+                        Cat("compiling gears (", fmt::format("{}", fmt::join(gears, ",")), ") failed: ",
+                            internal::Message(exe.status())));
+  }
+  compiles_.fetch_add(1, std::memory_order_relaxed);
+  return exe;
+}
+
+absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileOnce(std::span<const int64_t> gears) {
   Combo combo;
   combo.n = static_cast<int>(gears.size());
   std::copy(gears.begin(), gears.end(), combo.gear);
   Cache& c = *cache_;
-  c.mu.Lock();
-  while (true) {
-    auto it = c.entries.find(combo);
-    if (it == c.entries.end()) break;  // miss: this thread compiles
-    if (it->second.compiling) {
+  {
+    MutexLock lock(&c.mu);
+    while (true) {
+      // Under mu the current table cannot be retired: safe without a pin.
+      if (const Cache::Slot* slot = c.table.load(std::memory_order_relaxed)->Find(combo)) return slot->exe;
+      if (c.compiling.insert(combo).second) break;  // this thread compiles
       c.compiled.Wait(&c.mu);  // another thread compiles it; wait and look again
-      continue;
-    }
-    const GraphKey key = it->second.key;
-    c.mu.Unlock();
-    if (auto held = runtime_->pool().Acquire(key)) return std::static_pointer_cast<Executable>(held);
-    c.mu.Lock();  // evicted since: forget it and compile again
-    auto again = c.entries.find(combo);
-    if (again != c.entries.end() && !again->second.compiling && again->second.key == key) {
-      c.entries.erase(again);
     }
   }
-  c.entries.emplace(combo, Cache::Entry{});
-  c.mu.Unlock();
-
-  absl::StatusOr<std::shared_ptr<Executable>> exe = compile();  // outside every lock
+  absl::StatusOr<std::shared_ptr<Executable>> exe = Compile(gears);  // outside every lock
   GraphKey key = 0;
+  GraphResourcePool& pool = runtime_->pool();
   if (exe.ok()) {
-    GraphResourcePool& pool = runtime_->pool();
     pool.Register(*exe);
     const std::vector<GraphKey> keys = pool.ConsumeRecentKeys();
     key = keys.empty() ? 0 : keys.back();
     // The pool's handle: its last holder releases the executable.
     std::shared_ptr<GraphResource> handle = pool.Acquire(key);
     if (!runtime_->AttachCleanupKeys(gears, keys)) key = 0;  // gear evicted meanwhile: don't cache
+    if (handle == nullptr) key = 0;
     exe = std::static_pointer_cast<Executable>(handle != nullptr ? handle : *exe);
   }
-  c.mu.Lock();
-  if (key != 0) {
-    c.entries[combo] = Cache::Entry{false, key};
-  } else {
-    c.entries.erase(combo);  // failures are never cached
+  Cache::Freeable freeable;
+  {
+    MutexLock lock(&c.mu);
+    // Still in the pool: an eviction after this check finds the slot (its
+    // listener takes mu), one before it removed the key already.
+    if (key != 0 && pool.Acquire(key) != nullptr) {
+      const Cache::Table* current = c.table.load(std::memory_order_relaxed);
+      auto next = std::make_unique<Cache::Table>(*current);
+      auto at = std::lower_bound(next->slots.begin(), next->slots.end(), combo,
+                                 [](const Cache::Slot& s, const Combo& k) { return s.combo < k; });
+      next->slots.insert(at, Cache::Slot{combo, key, *exe});
+      c.PublishLocked(std::move(next));
+    }
+    c.compiling.erase(combo);  // failures are never cached
+    c.compiled.SignalAll();
+    freeable = c.TakeFreeableLocked();
   }
-  c.compiled.SignalAll();
-  c.mu.Unlock();
   return exe;
 }
 
 absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
                                  std::span<const DLTensor> outputs) {
-  requests_.fetch_add(1, std::memory_order_relaxed);
+  RequestCounters& counters = Counters();
+  counters.requests.fetch_add(1, std::memory_order_relaxed);
   const ModelSignature& sig = backend_->signature();
   const int dims = runtime_->num_dimensions();
   int64_t raw[kMaxDimensions];
   absl::Status status = CheckTensors(inputs, outputs, raw);
   Plan plan;
+  // Pinned for the whole request: the gear set and the executables table
+  // (loaded once, after the pin) outlive every variant's run.
+  SnapshotRef snap;
   if (status.ok()) {
-    SnapshotRef snap = runtime_->GetSnapshot();
+    snap = runtime_->GetSnapshot();
     status = MakePlan(*snap, {raw, static_cast<size_t>(dims)}, &plan);
   }
   if (!status.ok()) {
-    failed_.fetch_add(1, std::memory_order_relaxed);
+    counters.failed.fetch_add(1, std::memory_order_relaxed);
     return status;
   }
   const bool host = backend_->device().device_type == kDLCPU;
@@ -263,54 +387,84 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
   for (const DLTensor& t : inputs) zero_copy = zero_copy && Compact(t) && t.device.device_type == kDLCPU;
   for (const DLTensor& t : outputs) zero_copy = zero_copy && Compact(t) && t.device.device_type == kDLCPU;
 
-  std::vector<Staged> in_stage(zero_copy ? 0 : sig.inputs.size());
-  std::vector<Staged> out_stage(zero_copy ? 0 : sig.outputs.size());
-  std::vector<DLTensor> in_views(sig.inputs.size()), out_views(sig.outputs.size());
+  const ScratchLease lease(zero_copy ? 0 : sig.inputs.size(), zero_copy ? 0 : sig.outputs.size());
+  std::vector<Staged>& in_stage = (*lease).in;
+  std::vector<Staged>& out_stage = (*lease).out;
+  std::vector<DLTensor>& in_views = (*lease).in_views;
+  std::vector<DLTensor>& out_views = (*lease).out_views;
+  const Cache::Table* table = cache_->table.load(std::memory_order_seq_cst);  // after the pin
   plan.ForEachVariant([&](const Variant& v) {
     if (!status.ok()) return;
     const std::span<const int64_t> gears(v.gear, static_cast<size_t>(dims));
-    absl::StatusOr<std::shared_ptr<Executable>> exe = Acquire(gears, v.eager);
-    if (!exe.ok()) {
-      status = exe.status();
-      return;
+    // A hit: the pinned table's reference, no lock, no reference count.
+    // Else (eager, miss): a reference of our own for this variant.
+    Executable* exe = nullptr;
+    std::shared_ptr<Executable> owned;
+    if (!v.eager) {
+      Combo combo;
+      combo.n = dims;
+      std::copy(v.gear, v.gear + dims, combo.gear);
+      if (const Cache::Slot* slot = table->Find(combo)) exe = slot->exe.get();
+    }
+    if (exe == nullptr) {
+      if (v.eager) eager_.fetch_add(1, std::memory_order_relaxed);
+      absl::StatusOr<std::shared_ptr<Executable>> compiled = v.eager ? Compile(gears) : CompileOnce(gears);
+      if (!compiled.ok()) {
+        status = compiled.status();
+        return;
+      }
+      owned = *std::move(compiled);
+      exe = owned.get();
+      // Later variants (a split's chunks share a gear) find it without a lock.
+      table = cache_->table.load(std::memory_order_seq_cst);
     }
     RunShape shape{dims, v.gear, v.extent};
     if (zero_copy) {
-      status = (*exe)->Run(inputs, outputs, shape);
+      status = exe->Run(inputs, outputs, shape);
       return;
     }
     for (size_t i = 0; i < sig.inputs.size() && status.ok(); ++i) {
-      status = Stage(sig.inputs[i], v, &in_stage[i]);
+      status = Stage(sig.inputs[i], v, /*zero=*/false, &in_stage[i]);
       if (status.ok()) {
         status = GatherChunk(inputs[i], sig.inputs[i].bindings, v, options_.pad_value, &in_stage[i].tensor);
       }
       in_views[i] = in_stage[i].tensor;
     }
     for (size_t i = 0; i < sig.outputs.size() && status.ok(); ++i) {
-      status = Stage(sig.outputs[i], v, &out_stage[i]);
+      status = Stage(sig.outputs[i], v, /*zero=*/true, &out_stage[i]);
       out_views[i] = out_stage[i].tensor;
     }
-    if (status.ok()) status = (*exe)->Run(in_views, out_views, shape);
+    if (status.ok()) status = exe->Run(in_views, out_views, shape);
     for (size_t i = 0; i < sig.outputs.size() && status.ok(); ++i) {
       status = ScatterChunk(out_stage[i].tensor, sig.outputs[i].bindings, v, &outputs[i]);
     }
-  });  // executables are held only while their variant runs
-  if (!status.ok()) {
-    failed_.fetch_add(1, std::memory_order_relaxed);
-    return status;
+  });
+  if (status.ok()) {
+    if (zero_copy) counters.zero_copy.fetch_add(1, std::memory_order_relaxed);
+    counters.variants.fetch_add(static_cast<uint64_t>(plan.num_variants()), std::memory_order_relaxed);
+    runtime_->RecordPlan(plan);
+  } else {
+    counters.failed.fetch_add(1, std::memory_order_relaxed);
   }
-  if (zero_copy) zero_copy_.fetch_add(1, std::memory_order_relaxed);
-  variants_.fetch_add(static_cast<uint64_t>(plan.num_variants()), std::memory_order_relaxed);
-  runtime_->RecordPlan(plan);
-  return absl::OkStatus();
+  snap.Reset();
+  // Superseded tables wait for the requests that pinned them: the last of
+  // those frees them (releasing evicted graphs) without waiting for a lock.
+  if (cache_->retired_count.load(std::memory_order_relaxed) != 0) TryReclaim();
+  return status;
+}
+
+GearedExecutor::RequestCounters& GearedExecutor::Counters() {
+  return counters_[internal::ThisThreadIndex() % kCounterStripes];
 }
 
 ExecutorStats GearedExecutor::stats() const {
   ExecutorStats s;
-  s.requests = requests_.load(std::memory_order_relaxed);
-  s.failed_requests = failed_.load(std::memory_order_relaxed);
-  s.variants = variants_.load(std::memory_order_relaxed);
-  s.zero_copy_requests = zero_copy_.load(std::memory_order_relaxed);
+  for (const RequestCounters& c : counters_) {
+    s.requests += c.requests.load(std::memory_order_relaxed);
+    s.failed_requests += c.failed.load(std::memory_order_relaxed);
+    s.variants += c.variants.load(std::memory_order_relaxed);
+    s.zero_copy_requests += c.zero_copy.load(std::memory_order_relaxed);
+  }
   s.compiles = compiles_.load(std::memory_order_relaxed);
   s.compile_failures = compile_failures_.load(std::memory_order_relaxed);
   s.compile_seconds = static_cast<double>(compile_nanos_.load(std::memory_order_relaxed)) * 1e-9;
@@ -320,7 +474,7 @@ ExecutorStats GearedExecutor::stats() const {
 
 size_t GearedExecutor::cached_executables() const {
   MutexLock lock(&cache_->mu);
-  return cache_->entries.size();
+  return cache_->table.load(std::memory_order_relaxed)->slots.size();
 }
 
 absl::StatusOr<double> PoolBudgetMemoryProbe::UsageFraction() {

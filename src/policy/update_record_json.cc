@@ -59,6 +59,7 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
   j["kept_by_hysteresis"] = GearsWithVerdict(r, GearVerdict::kWouldReadd);
   j["gears"] = PerDimension(r.dimensions, r.gears_after, false);
   j["cleanup_keys"] = r.cleanup_keys;
+  j["events_dropped"] = r.events_dropped;
   ordered_json gears = ordered_json::array();
   for (const GearRecord& g : r.gears) {
     ordered_json e;

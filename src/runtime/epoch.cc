@@ -1,5 +1,9 @@
 #include "src/runtime/epoch.h"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "gearbox/snapshot.h"
 
 namespace gearbox::internal {
@@ -15,6 +19,27 @@ struct ThreadSlot {
 thread_local ThreadSlot tls_slot;
 
 }  // namespace
+
+// The asymmetric fence: readers order their epoch store before their
+// pointer load with a compiler fence only, and every writer's Advance makes
+// all running threads of the process execute a full fence (membarrier)
+// between its unlink and any later scan. Off (plain seq_cst stores) where
+// the kernel lacks membarrier, and under ThreadSanitizer, which does not
+// model it.
+bool UseMembarrier() {
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  return false;
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+  return false;
+#else
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0;
+#endif
+}
+
+EpochDomain::EpochDomain() : asymmetric_(UseMembarrier()) {}
 
 EpochDomain& EpochDomain::Global() {
   static EpochDomain* domain = new EpochDomain();  // outlives every thread
@@ -49,7 +74,12 @@ ReaderSlot* EpochDomain::Pin() noexcept {
   ReaderSlot* slot = tls_slot.slot;
   if (slot == nullptr) slot = tls_slot.slot = AcquireSlot();
   if (slot->depth++ == 0) {
-    slot->epoch.store(epoch_.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
+    if (asymmetric_) {
+      slot->epoch.store(epoch_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // the writer's membarrier does the rest
+    } else {
+      slot->epoch.store(epoch_.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
+    }
   }
   return slot;
 }
@@ -59,7 +89,11 @@ void EpochDomain::Unpin(ReaderSlot* slot) noexcept {
 }
 
 uint64_t EpochDomain::Advance() noexcept {
-  return epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  const uint64_t tag = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  // Every reader either made its pin visible to scans after this point, or
+  // loads the pointer its writer unlinked before calling Advance afterwards.
+  if (asymmetric_) syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0);
+  return tag;
 }
 
 bool EpochDomain::SafeToFree(uint64_t tag) const noexcept {

@@ -2,7 +2,10 @@
 // allocation; writers free a superseded object only once no reader can
 // still hold it.
 //
-// Protocol (all operations on the epoch and slots are seq_cst):
+// Protocol (operations on the epoch and slots are seq_cst, except that
+// where the kernel has membarrier the reader's pin is a plain store and a
+// compiler fence, and the writer's Advance runs membarrier: an asymmetric
+// fence that costs the writer microseconds and the reader nothing):
 //  reader:  e = global_epoch; slot.epoch = e; p = current   (Pin + load)
 //           ... use p ...;  slot.epoch = 0                   (Unpin, release)
 //  writer:  old = current.exchange(new); tag = ++global_epoch; retire(old, tag)
@@ -32,6 +35,7 @@ struct alignas(64) ReaderSlot {
 
 class EpochDomain {
  public:
+  EpochDomain();
   static EpochDomain& Global();
 
   // Pins the calling thread (nesting allowed) and returns its slot.
@@ -48,6 +52,7 @@ class EpochDomain {
   void ReleaseSlot(ReaderSlot* slot) noexcept;
 
  private:
+  const bool asymmetric_;  // readers' pins are plain stores; Advance runs membarrier
   std::atomic<uint64_t> epoch_{1};
   std::atomic<ReaderSlot*> head_{nullptr};  // push-only list of every slot
 };

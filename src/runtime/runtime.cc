@@ -5,6 +5,7 @@
 #include <iterator>
 #include <cmath>
 #include <exception>
+#include <thread>
 
 #include "gearbox/policy.h"
 #include "gearbox/update_worker.h"
@@ -29,22 +30,29 @@ void RecordCombinations(const GearSet& before, const GearSet& after, UpdateRecor
   std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(record->combinations_removed));
 }
 
-// Full buffers allowed to wait for the worker before a recording thread
-// folds them itself (bounds memory when the worker falls behind).
-constexpr size_t kMaxWaitingBuffers = 64;
-
 }  // namespace
 
 // Shared state of the runtime.
 //
 // Who touches what:
 //  - snapshots: read by any thread (lock-free); published under commit_mu.
-//  - events: appended by request threads (per-shard locks); drained under stats_mu.
-//  - window, fold counters: under stats_mu (request threads only to fold
-//    when no worker runs, or when the worker is far behind).
-//  - sequence, last_update_time: under commit_mu (RunOnce, CommitUpdate, CheckTrigger).
+//  - events: appended by request threads into their own ring (lock-free,
+//    single producer each); drained only under stats_mu (single consumer).
+//  - window, fold counters: under stats_mu.
+//  - sequence, last_update_time, dropped_at_last_update: under commit_mu.
 //  - last_record: under record_mu (leaf lock).
-// Lock order: commit_mu -> stats_mu -> event shard -> event handoff; record_mu is a leaf.
+// Lock order: commit_mu -> stats_mu; record_mu is a leaf; listeners_mu is
+// taken outside the others (listeners may take their own locks and the pool's).
+//
+// Draining. With the worker running (worker_drains), a drain thread owned by
+// the runtime folds the rings whenever a recording thread's ring reaches
+// half full (the recording thread bumps drain_requests and wakes it with a
+// futex, no lock); the update worker also folds on each wake. A recording
+// thread whose ring is full then DROPS the event and counts it (the window
+// statistics tolerate sampling; UpdateRecord::events_dropped). With no
+// worker (tests, replays calling RunOnce), the recording thread whose ring
+// is full takes stats_mu and folds every ring itself, then appends: nothing
+// is dropped and a single-threaded replay folds in a deterministic order.
 class AdaptiveGearRuntime::Impl {
  public:
   Impl(const GearSet& initial, const RuntimeOptions& options, double now)
@@ -71,18 +79,80 @@ class AdaptiveGearRuntime::Impl {
   std::atomic<uint64_t> updates_changed{0};
   std::atomic<uint64_t> keys_released{0};
   std::atomic<uint64_t> orphan_keys_released{0};
-  // Whether a worker thread drains full buffers (release/acquire with Start/Stop).
+  uint64_t dropped_at_last_update ABSL_GUARDED_BY(commit_mu) = 0;
+
+  // Release listeners: called under listeners_mu (so removal waits for a call).
+  Mutex listeners_mu;
+  uint64_t next_listener ABSL_GUARDED_BY(listeners_mu) = 1;
+  std::vector<std::pair<uint64_t, ReleaseListener>> listeners ABSL_GUARDED_BY(listeners_mu);
+  void NotifyReleased(std::span<const GraphKey> keys) {
+    MutexLock lock(&listeners_mu);
+    for (auto& [id, listener] : listeners) listener(keys);
+  }
+  // Whether the worker drains the rings (then a full ring drops); release/acquire with Start/Stop.
   std::atomic<bool> worker_drains{false};
+  // The drain thread: woken by a change of drain_requests (atomic wait/notify).
+  std::thread drainer;
+  std::atomic<uint32_t> drain_requests{0};
+  std::atomic<bool> drain_wanted{false};  // a wake is pending: recording threads skip the notify
+  std::atomic<bool> drainer_stop{false};
 
   void FoldAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu) {
-    events.Drain([this](const internal::EventBuffer& b)
-                     ABSL_NO_THREAD_SAFETY_ANALYSIS { window.Fold(b); },
-                 /*only_full=*/false);
+    events.Drain([this](const int64_t* e) ABSL_NO_THREAD_SAFETY_ANALYSIS { window.Fold(e); });
   }
-  void FoldFullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu) {
-    events.Drain([this](const internal::EventBuffer& b)
-                     ABSL_NO_THREAD_SAFETY_ANALYSIS { window.Fold(b); },
-                 /*only_full=*/true);
+  void FoldAll() {
+    MutexLock lock(&stats_mu);
+    FoldAllLocked();
+  }
+  // Recording side: asks the drain thread to fold (lock-free; one futex wake
+  // per request at most, none while one is already pending).
+  void RequestDrain() noexcept {
+    if (drain_wanted.load(std::memory_order_relaxed) || drain_wanted.exchange(true, std::memory_order_acq_rel)) {
+      return;
+    }
+    drain_requests.fetch_add(1, std::memory_order_release);
+    drain_requests.notify_one();
+  }
+  void DrainLoop() {
+    while (!drainer_stop.load(std::memory_order_acquire)) {
+      drain_wanted.store(false, std::memory_order_release);
+      const uint32_t seen = drain_requests.load(std::memory_order_acquire);
+      FoldAll();
+      drain_requests.wait(seen, std::memory_order_acquire);
+    }
+  }
+  void StartDrainer() {
+    if (drainer.joinable()) return;
+    drainer_stop.store(false, std::memory_order_release);
+    drainer = std::thread([this] { DrainLoop(); });
+  }
+  void StopDrainer() {
+    if (!drainer.joinable()) return;
+    drainer_stop.store(true, std::memory_order_release);
+    drain_requests.fetch_add(1, std::memory_order_release);
+    drain_requests.notify_all();
+    drainer.join();
+  }
+  // Handles one append's outcome; returns true when the caller must append
+  // again (no worker: the rings were just folded, so there is room now).
+  bool AfterAppend(internal::EventLog::AppendResult r) {
+    using R = internal::EventLog::AppendResult;
+    if (r == R::kAppended) return false;
+    if (worker_drains.load(std::memory_order_acquire)) {
+      RequestDrain();
+      if (r == R::kFull) events.CountDropped(1);
+      return false;
+    }
+    if (r == R::kHalfFull) return false;
+    FoldAll();
+    return true;
+  }
+  template <typename AppendFn>
+  void AppendWithPolicy(AppendFn&& append) {
+    if (!AfterAppend(append())) return;
+    // Without a worker the rings were just folded; a second kFull means this
+    // thread has no ring (past EventLog::kMaxRings): count it as dropped.
+    if (append() == internal::EventLog::AppendResult::kFull) events.CountDropped(1);
   }
 };
 
@@ -134,6 +204,7 @@ AdaptiveGearRuntime::AdaptiveGearRuntime(RuntimeOptions options, GearSet initial
 AdaptiveGearRuntime::~AdaptiveGearRuntime() { StopWorker(); }
 
 absl::Status AdaptiveGearRuntime::StartWorker() {
+  impl_->StartDrainer();
   impl_->worker_drains.store(true, std::memory_order_release);
   worker_->Start();
   return absl::OkStatus();
@@ -142,6 +213,7 @@ absl::Status AdaptiveGearRuntime::StartWorker() {
 void AdaptiveGearRuntime::StopWorker() {
   worker_->Stop();
   impl_->worker_drains.store(false, std::memory_order_release);
+  impl_->StopDrainer();
 }
 
 void AdaptiveGearRuntime::Log(LogLevel level, std::string_view message) const {
@@ -156,12 +228,9 @@ SnapshotRef AdaptiveGearRuntime::GetSnapshot() const noexcept { return impl_->sn
 
 void AdaptiveGearRuntime::RecordPlan(const Plan& plan, double now) noexcept {
   if (plan.num_dimensions() != num_dimensions_) return;  // not a plan of this runtime
-  const size_t waiting = impl_->events.AppendPlan(plan, now);
-  if (waiting == 0) return;
-  if (impl_->worker_drains.load(std::memory_order_acquire) && waiting <= kMaxWaitingBuffers) {
-    worker_->WakeToFold();
-  } else {
-    FoldPendingEvents();
+  const int groups = plan.num_variant_groups();
+  for (int g = 0; g < groups; ++g) {
+    impl_->AppendWithPolicy([&] { return impl_->events.AppendPlanGroup(plan, g, now); });
   }
 }
 
@@ -191,15 +260,8 @@ absl::Status AdaptiveGearRuntime::RecordEvent(const GearEvent& event,
   if (!std::isfinite(event.time)) {
     return internal::InvalidFieldValue("time", event.time, "a finite number of seconds");
   }
-  const size_t waiting =
-      impl_->events.Append(event.time, event.count, event.raw.data(), event.gear.data());
-  if (waiting > 0) {
-    if (impl_->worker_drains.load(std::memory_order_acquire) && waiting <= kMaxWaitingBuffers) {
-      worker_->WakeToFold();
-    } else {
-      FoldPendingEvents();
-    }
-  }
+  impl_->AppendWithPolicy(
+      [&] { return impl_->events.Append(event.time, event.count, event.raw.data(), event.gear.data()); });
   if (!cleanup_keys.empty()) AttachCleanupKeys(event.gear, cleanup_keys);
   return absl::OkStatus();
 }
@@ -219,9 +281,18 @@ bool AdaptiveGearRuntime::AttachCleanupKeys(std::span<const int64_t> gears,
   return active;
 }
 
-void AdaptiveGearRuntime::FoldPendingEvents() {
-  MutexLock lock(&impl_->stats_mu);
-  impl_->FoldFullLocked();
+void AdaptiveGearRuntime::FoldPendingEvents() { impl_->FoldAll(); }
+
+uint64_t AdaptiveGearRuntime::AddReleaseListener(ReleaseListener listener) {
+  MutexLock lock(&impl_->listeners_mu);
+  const uint64_t id = impl_->next_listener++;
+  impl_->listeners.emplace_back(id, std::move(listener));
+  return id;
+}
+
+void AdaptiveGearRuntime::RemoveReleaseListener(uint64_t id) {
+  MutexLock lock(&impl_->listeners_mu);
+  std::erase_if(impl_->listeners, [id](const auto& l) { return l.first == id; });
 }
 
 MemoryState AdaptiveGearRuntime::ReadMemory() {
@@ -312,6 +383,9 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     record = std::move(decision.record);
     record.sequence = impl_->sequence + 1;
     record.trigger = trigger;
+    const uint64_t dropped = impl_->events.dropped();
+    record.events_dropped = dropped - impl_->dropped_at_last_update;
+    impl_->dropped_at_last_update = dropped;
     record.version_before = current->version();
     record.version_after = current->version();
     std::optional<GearSet> next;
@@ -343,6 +417,7 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     pool_->RemoveByKeys(released);
     impl_->keys_released.fetch_add(released.size(), std::memory_order_relaxed);
   }
+  impl_->NotifyReleased(released);
   impl_->snapshots.Reclaim();
   impl_->updates.fetch_add(1, std::memory_order_relaxed);
   if (record.changed) impl_->updates_changed.fetch_add(1, std::memory_order_relaxed);
@@ -412,6 +487,7 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::CommitUpdate(
     pool_->RemoveByKeys(released);
     impl_->keys_released.fetch_add(released.size(), std::memory_order_relaxed);
   }
+  impl_->NotifyReleased(released);
   impl_->snapshots.Reclaim();
   if (record.changed) impl_->updates_changed.fetch_add(1, std::memory_order_relaxed);
   {
@@ -424,6 +500,7 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::CommitUpdate(
 RuntimeCounters AdaptiveGearRuntime::counters() const {
   RuntimeCounters c;
   c.events_recorded = impl_->events.appended();
+  c.events_dropped = impl_->events.dropped();
   {
     MutexLock lock(&impl_->stats_mu);
     const internal::FoldCounters& f = impl_->window.counters();

@@ -1,119 +1,154 @@
 #include "src/stats/event_log.h"
 
 #include <algorithm>
-#include <atomic>
+#include <bit>
 
 namespace gearbox::internal {
+namespace {
 
-EventLog::EventLog(int num_dimensions, size_t buffer_events)
+// Process-wide thread indices: a push-only list of nodes, each claimed by
+// at most one live thread (CAS) and returned when that thread exits.
+struct IndexNode {
+  int index = 0;
+  std::atomic<bool> claimed{false};
+  IndexNode* next = nullptr;  // immutable once published
+};
+
+std::atomic<IndexNode*> g_index_head{nullptr};
+std::atomic<int> g_index_count{0};
+
+IndexNode* ClaimIndex() {
+  for (IndexNode* n = g_index_head.load(std::memory_order_acquire); n != nullptr; n = n->next) {
+    bool expected = false;
+    if (!n->claimed.load(std::memory_order_relaxed) &&
+        n->claimed.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
+      return n;
+    }
+  }
+  auto* n = new IndexNode();  // never freed: bounded by the peak number of threads
+  n->index = g_index_count.fetch_add(1, std::memory_order_relaxed);
+  n->claimed.store(true, std::memory_order_relaxed);
+  IndexNode* head = g_index_head.load(std::memory_order_relaxed);
+  do {
+    n->next = head;
+  } while (!g_index_head.compare_exchange_weak(head, n, std::memory_order_release,
+                                               std::memory_order_relaxed));
+  return n;
+}
+
+// Returns the index when the thread exits; the release pairs with the next
+// claimer's acquire, so the next owner of the index sees every ring write.
+struct ThreadIndexHolder {
+  IndexNode* node = ClaimIndex();
+  ~ThreadIndexHolder() { node->claimed.store(false, std::memory_order_release); }
+};
+
+}  // namespace
+
+int ThisThreadIndex() noexcept {
+  thread_local int index = -1;  // trivial: no guard on the fast path
+  if (index < 0) {
+    thread_local ThreadIndexHolder holder;
+    index = holder.node->index;
+  }
+  return index;
+}
+
+EventLog::EventLog(int num_dimensions, size_t ring_events)
     : num_dimensions_(num_dimensions),
       stride_(2 + 2 * num_dimensions),
-      buffer_events_(buffer_events) {}
+      capacity_(std::bit_ceil(std::max<size_t>(ring_events, 2))) {}
 
-EventLog::~EventLog() = default;
-
-int EventLog::ThreadShard() noexcept {
-  static std::atomic<unsigned> next{0};
-  thread_local const int shard =
-      static_cast<int>(next.fetch_add(1, std::memory_order_relaxed) % kShards);
-  return shard;
+EventLog::~EventLog() {
+  for (auto& r : rings_) delete r.load(std::memory_order_acquire);
 }
 
-EventBuffer* EventLog::TakeEmpty() {
-  MutexLock lock(&handoff_mu_);
-  if (!empty_.empty()) {
-    EventBuffer* b = empty_.back();
-    empty_.pop_back();
-    return b;
+EventLog::Ring* EventLog::OwnRing() noexcept {
+  const int index = ThisThreadIndex();
+  if (index >= kMaxRings) return nullptr;
+  Ring* ring = rings_[index].load(std::memory_order_acquire);
+  if (ring != nullptr) return ring;
+  // Only the thread holding `index` creates its ring: no race on the slot.
+  ring = new Ring(capacity_ * static_cast<size_t>(stride_));
+  rings_[index].store(ring, std::memory_order_release);
+  int limit = ring_limit_.load(std::memory_order_relaxed);
+  while (limit < index + 1 &&
+         !ring_limit_.compare_exchange_weak(limit, index + 1, std::memory_order_release,
+                                            std::memory_order_relaxed)) {
   }
-  owned_.push_back(std::make_unique<EventBuffer>(stride_, buffer_events_));
-  return owned_.back().get();
+  return ring;
 }
 
-size_t EventLog::HandOff(EventBuffer* buffer) {
-  MutexLock lock(&handoff_mu_);
-  full_.push_back(buffer);
-  return full_.size();
-}
-
-void EventLog::Recycle(std::vector<EventBuffer*>& buffers) {
-  MutexLock lock(&handoff_mu_);
-  for (EventBuffer* b : buffers) {
-    b->Clear();
-    empty_.push_back(b);
-  }
-}
-
-size_t EventLog::Append(double time, int64_t count, const int64_t* raw,
-                        const int64_t* gear) noexcept {
-  Shard& shard = shards_[ThreadShard()];
-  SpinLockHolder lock(&shard.mu);
-  if (shard.active == nullptr) shard.active = TakeEmpty();
-  int64_t* e = shard.active->Next();
-  ++shard.appended;
+EventLog::AppendResult EventLog::Append(double time, int64_t count, const int64_t* raw,
+                                        const int64_t* gear) noexcept {
+  Ring* ring = OwnRing();
+  int64_t* e = ring != nullptr ? Reserve(ring) : nullptr;
+  if (e == nullptr) return AppendResult::kFull;
   e[0] = std::bit_cast<int64_t>(time);
   e[1] = count;
   for (int d = 0; d < num_dimensions_; ++d) {
     e[2 + 2 * d] = raw[d];
     e[3 + 2 * d] = gear[d];
   }
-  if (!shard.active->full()) return 0;
-  EventBuffer* full = shard.active;
-  shard.active = nullptr;
-  return HandOff(full);
+  return Publish(ring);
 }
 
-size_t EventLog::AppendPlan(const Plan& plan, double time) noexcept {
-  Shard& shard = shards_[ThreadShard()];
-  size_t waiting = 0;
-  SpinLockHolder lock(&shard.mu);
-  const int groups = plan.num_variant_groups();
-  for (int i = 0; i < groups; ++i) {
-    // The event names the group of each dimension (its raw size and cell
-    // gear: DimensionPlan::event_raw / event_gear) and how many variants.
-    // One group, the common case: every group index is 0.
-    int group[kMaxDimensions] = {};
-    int64_t count = plan.num_variants();
-    if (groups > 1) {
-      const VariantGroup vg = plan.variant_group(i);
-      std::copy(vg.group, vg.group + num_dimensions_, group);
-      count = vg.count;
-    }
-    if (shard.active == nullptr) shard.active = TakeEmpty();
-    int64_t* e = shard.active->Next();
-    ++shard.appended;
-    e[0] = std::bit_cast<int64_t>(time);
-    e[1] = count;
-    for (int d = 0; d < num_dimensions_; ++d) {
-      const DimensionPlan& dp = plan.dimension(d);
-      e[2 + 2 * d] = dp.event_raw(group[d]);
-      e[3 + 2 * d] = dp.event_gear(group[d]);
-    }
-    if (shard.active->full()) {
-      waiting = HandOff(shard.active);
-      shard.active = nullptr;
-    }
+EventLog::AppendResult EventLog::AppendPlanGroup(const Plan& plan, int group_index,
+                                                 double time) noexcept {
+  Ring* ring = OwnRing();
+  int64_t* e = ring != nullptr ? Reserve(ring) : nullptr;
+  if (e == nullptr) return AppendResult::kFull;
+  // The event names the group of each dimension (its raw size and cell
+  // gear) and how many variants. One group, the common case: every group
+  // index is 0.
+  int group[kMaxDimensions] = {};
+  int64_t count = plan.num_variants();
+  if (plan.num_variant_groups() > 1) {
+    const VariantGroup vg = plan.variant_group(group_index);
+    std::copy(vg.group, vg.group + num_dimensions_, group);
+    count = vg.count;
   }
-  return waiting;
+  e[0] = std::bit_cast<int64_t>(time);
+  e[1] = count;
+  for (int d = 0; d < num_dimensions_; ++d) {
+    const DimensionPlan& dp = plan.dimension(d);
+    e[2 + 2 * d] = dp.event_raw(group[d]);
+    e[3 + 2 * d] = dp.event_gear(group[d]);
+  }
+  return Publish(ring);
 }
 
-uint64_t EventLog::appended() const {
+void EventLog::CountDropped(uint64_t events) noexcept {
+  const int index = ThisThreadIndex();
+  Ring* ring = index < kMaxRings ? rings_[index].load(std::memory_order_acquire) : nullptr;
+  if (ring == nullptr) {
+    overflow_dropped_.fetch_add(events, std::memory_order_relaxed);
+    return;
+  }
+  // Only the owner writes its ring's counter: a plain load + store.
+  ring->dropped.store(ring->dropped.load(std::memory_order_relaxed) + events, std::memory_order_relaxed);
+}
+
+uint64_t EventLog::appended() const noexcept {
   uint64_t total = 0;
-  for (Shard& shard : shards_) {
-    SpinLockHolder lock(&shard.mu);
-    total += shard.appended;
+  const int limit = ring_limit_.load(std::memory_order_acquire);
+  for (int i = 0; i < limit; ++i) {
+    if (const Ring* ring = rings_[i].load(std::memory_order_acquire)) {
+      total += ring->head.load(std::memory_order_acquire);
+    }
   }
   return total;
 }
 
-size_t EventLog::pending_full() const {
-  MutexLock lock(&handoff_mu_);
-  return full_.size();
-}
-
-size_t EventLog::buffers_allocated() const {
-  MutexLock lock(&handoff_mu_);
-  return owned_.size();
+uint64_t EventLog::dropped() const noexcept {
+  uint64_t total = overflow_dropped_.load(std::memory_order_relaxed);
+  const int limit = ring_limit_.load(std::memory_order_acquire);
+  for (int i = 0; i < limit; ++i) {
+    if (const Ring* ring = rings_[i].load(std::memory_order_acquire)) {
+      total += ring->dropped.load(std::memory_order_relaxed);
+    }
+  }
+  return total;
 }
 
 }  // namespace gearbox::internal

@@ -1,124 +1,140 @@
-// EventLog: where request threads record events without a global lock.
+// EventLog: where request threads record events, without any lock.
 //
-// Events are appended to per-thread-ish shards (a thread always uses the
-// same shard; threads share one only when there are more threads than
-// shards). Each shard has its own spin lock, uncontended in the common case
-// (held for a few nanoseconds), and a fixed-size buffer. A full buffer is handed off (the shard
-// takes an empty one) to be folded into the window statistics by whoever
-// drains: the worker thread when one runs, else the recording thread itself
-// (the runtime decides; see AdaptiveGearRuntime). Nothing is ever dropped.
+// Each recording thread owns one single-producer / single-consumer ring per
+// log (found by the thread's small process-wide index, which a new thread
+// reuses after a thread exits). Appending writes the event into the ring and
+// publishes it with one release store of the ring's head; nothing is shared
+// for writing between recording threads. A thread's first event on a log
+// allocates its ring (once).
 //
-// Buffer layout, `stride` int64 words per event:
+// A full ring does not block: Append returns kFull and the caller decides
+// (AdaptiveGearRuntime): with a worker thread it DROPS the event and counts
+// it (CountDropped); without one it drains the rings itself (deterministic,
+// nothing dropped) and appends again.
+//
+// Event layout, `stride` int64 words per event:
 //   [time (double bits), count, raw_0, gear_0, raw_1, gear_1, ...]
 //
-// Lock order: shard.mu -> handoff_mu_. Drain callers may hold an outer lock
-// (the runtime's stats mutex) before both.
+// Thread-safety: Append/AppendPlan/CountDropped from any thread, lock-free
+// (a ring has one producer: the thread that owns its index). Drain is the
+// single consumer: callers serialize it (the runtime holds its stats mutex).
+// appended()/dropped() from any thread (sums of relaxed counters).
 #ifndef GEARBOX_SRC_STATS_EVENT_LOG_H_
 #define GEARBOX_SRC_STATS_EVENT_LOG_H_
 
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <memory>
-#include <vector>
 
-#include "gearbox/mutex.h"
 #include "gearbox/plan.h"
 
 namespace gearbox::internal {
 
-class EventBuffer {
- public:
-  EventBuffer(int stride, size_t capacity_events)
-      : stride_(stride), capacity_(capacity_events), words_(stride * capacity_events) {}
-  bool full() const { return used_ == capacity_; }
-  bool empty() const { return used_ == 0; }
-  size_t size() const { return used_; }
-  int64_t* Next() { return &words_[stride_ * used_++]; }
-  const int64_t* event(size_t i) const { return &words_[stride_ * i]; }
-  void Clear() { used_ = 0; }
-
+// Accessors of one event's words (layout above).
+struct EventWords {
   static double Time(const int64_t* e) { return std::bit_cast<double>(e[0]); }
   static int64_t Count(const int64_t* e) { return e[1]; }
   static int64_t Raw(const int64_t* e, int d) { return e[2 + 2 * d]; }
   static int64_t Gear(const int64_t* e, int d) { return e[3 + 2 * d]; }
-
- private:
-  const int stride_;
-  const size_t capacity_;
-  size_t used_ = 0;
-  std::vector<int64_t> words_;
 };
+
+// A small index per live thread, reused once its thread exits (lock-free).
+int ThisThreadIndex() noexcept;
 
 class EventLog {
  public:
-  static constexpr int kShards = 32;
+  // Threads with an index at or above this drop every event (counted).
+  static constexpr int kMaxRings = 1024;
 
-  EventLog(int num_dimensions, size_t buffer_events);
+  enum class AppendResult {
+    kAppended,
+    kHalfFull,  // appended, and this event filled the ring to half: drain soon
+    kFull,      // not appended: the ring is full
+  };
+
+  // `ring_events` is rounded up to a power of two.
+  EventLog(int num_dimensions, size_t ring_events);
   ~EventLog();
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
 
-  // Records one event per variant group of `plan` (count = group size).
-  // Returns the number of full buffers waiting to be folded (0 when this
-  // call filled none).
-  size_t AppendPlan(const Plan& plan, double time) noexcept;
-  // Records one event with explicit raw sizes and gears per dimension.
-  size_t Append(double time, int64_t count, const int64_t* raw, const int64_t* gear) noexcept;
+  // Appends one event with explicit raw sizes and gears per dimension.
+  AppendResult Append(double time, int64_t count, const int64_t* raw, const int64_t* gear) noexcept;
+  // Appends the event of variant group `group` of `plan` (count = group size;
+  // DimensionPlan::event_raw / event_gear).
+  AppendResult AppendPlanGroup(const Plan& plan, int group, double time) noexcept;
+  // Counts events a caller dropped because the ring was full.
+  void CountDropped(uint64_t events) noexcept;
 
-  // Hands every event recorded so far (full and partial buffers) to
-  // fold(const EventBuffer&), then recycles the buffers. `only_full` leaves
-  // partial buffers in their shards.
+  // Hands every event appended so far to fold(const int64_t* event), oldest
+  // first per ring, and frees their space. Single consumer (see above).
   template <typename Fold>
-  void Drain(Fold&& fold, bool only_full);
+  uint64_t Drain(Fold&& fold);
 
-  // Events ever appended (sums the shards).
-  uint64_t appended() const;
-  size_t pending_full() const;
-  size_t buffers_allocated() const;
+  // Events ever appended / dropped (all threads).
+  uint64_t appended() const noexcept;
+  uint64_t dropped() const noexcept;
+  size_t ring_capacity() const { return capacity_; }
 
  private:
-  struct alignas(64) Shard {
-    SpinLock mu;
-    EventBuffer* active ABSL_GUARDED_BY(mu) = nullptr;
-    uint64_t appended ABSL_GUARDED_BY(mu) = 0;  // events ever appended here
+  struct alignas(64) Ring {
+    Ring(size_t words) : storage(new int64_t[words]) {}
+    // Producer side.
+    std::atomic<uint64_t> head{0};     // events published (release)
+    std::atomic<uint64_t> dropped{0};  // written by the owner only
+    uint64_t cached_tail = 0;          // producer's last view of tail
+    std::unique_ptr<int64_t[]> storage;
+    // Consumer side, on its own line.
+    alignas(64) std::atomic<uint64_t> tail{0};  // events consumed (release)
   };
 
-  static int ThreadShard() noexcept;
-  EventBuffer* TakeEmpty() ABSL_LOCKS_EXCLUDED(handoff_mu_);
-  // Hands a full buffer off; returns the number waiting.
-  size_t HandOff(EventBuffer* buffer) ABSL_LOCKS_EXCLUDED(handoff_mu_);
-  void Recycle(std::vector<EventBuffer*>& buffers) ABSL_LOCKS_EXCLUDED(handoff_mu_);
+  // The calling thread's ring (created on first use), or null past kMaxRings.
+  Ring* OwnRing() noexcept;
+  // Space for one event in `ring`, or null when full.
+  int64_t* Reserve(Ring* ring) noexcept;
+  AppendResult Publish(Ring* ring) noexcept;
 
   const int num_dimensions_;
   const int stride_;
-  const size_t buffer_events_;
-  mutable Shard shards_[kShards];
-
-  mutable Mutex handoff_mu_;
-  std::vector<EventBuffer*> full_ ABSL_GUARDED_BY(handoff_mu_);
-  std::vector<EventBuffer*> empty_ ABSL_GUARDED_BY(handoff_mu_);
-  std::vector<std::unique_ptr<EventBuffer>> owned_ ABSL_GUARDED_BY(handoff_mu_);
+  const size_t capacity_;  // events per ring, a power of two
+  std::atomic<Ring*> rings_[kMaxRings] = {};
+  std::atomic<int> ring_limit_{0};             // 1 + the highest index with a ring
+  std::atomic<uint64_t> overflow_dropped_{0};  // threads past kMaxRings
 };
 
+inline int64_t* EventLog::Reserve(Ring* ring) noexcept {
+  const uint64_t head = ring->head.load(std::memory_order_relaxed);
+  if (head - ring->cached_tail >= capacity_) {
+    ring->cached_tail = ring->tail.load(std::memory_order_acquire);
+    if (head - ring->cached_tail >= capacity_) return nullptr;
+  }
+  return &ring->storage[static_cast<size_t>(head & (capacity_ - 1)) * static_cast<size_t>(stride_)];
+}
+
+inline EventLog::AppendResult EventLog::Publish(Ring* ring) noexcept {
+  const uint64_t head = ring->head.load(std::memory_order_relaxed) + 1;
+  ring->head.store(head, std::memory_order_release);
+  return head - ring->cached_tail == capacity_ / 2 ? AppendResult::kHalfFull : AppendResult::kAppended;
+}
+
 template <typename Fold>
-void EventLog::Drain(Fold&& fold, bool only_full) {
-  std::vector<EventBuffer*> buffers;
-  if (!only_full) {
-    for (Shard& shard : shards_) {
-      SpinLockHolder lock(&shard.mu);
-      if (shard.active != nullptr && !shard.active->empty()) {
-        buffers.push_back(shard.active);
-        shard.active = nullptr;
-      }
+uint64_t EventLog::Drain(Fold&& fold) {
+  uint64_t drained = 0;
+  const int limit = ring_limit_.load(std::memory_order_acquire);
+  for (int i = 0; i < limit; ++i) {
+    Ring* ring = rings_[i].load(std::memory_order_acquire);
+    if (ring == nullptr) continue;
+    const uint64_t head = ring->head.load(std::memory_order_acquire);
+    uint64_t tail = ring->tail.load(std::memory_order_relaxed);
+    for (; tail != head; ++tail) {
+      fold(static_cast<const int64_t*>(
+          &ring->storage[static_cast<size_t>(tail & (capacity_ - 1)) * static_cast<size_t>(stride_)]));
+      ++drained;
     }
+    ring->tail.store(head, std::memory_order_release);
   }
-  {
-    MutexLock lock(&handoff_mu_);
-    buffers.insert(buffers.end(), full_.begin(), full_.end());
-    full_.clear();
-  }
-  for (EventBuffer* b : buffers) fold(static_cast<const EventBuffer&>(*b));
-  Recycle(buffers);
+  return drained;
 }
 
 }  // namespace gearbox::internal

@@ -50,18 +50,15 @@ WindowStore::WindowStore(const GearSet& initial, const AdaptiveOptions& options,
   }
 }
 
-void WindowStore::Fold(const EventBuffer& buffer) {
+void WindowStore::Fold(const int64_t* e) {
   const int n = static_cast<int>(dimensions_.size());
   int64_t raw[kMaxDimensions];
   int64_t gear[kMaxDimensions];
-  for (size_t i = 0; i < buffer.size(); ++i) {
-    const int64_t* e = buffer.event(i);
-    for (int d = 0; d < n; ++d) {
-      raw[d] = EventBuffer::Raw(e, d);
-      gear[d] = EventBuffer::Gear(e, d);
-    }
-    FoldEvent(EventBuffer::Time(e), EventBuffer::Count(e), raw, gear);
+  for (int d = 0; d < n; ++d) {
+    raw[d] = EventWords::Raw(e, d);
+    gear[d] = EventWords::Gear(e, d);
   }
+  FoldEvent(EventWords::Time(e), EventWords::Count(e), raw, gear);
 }
 
 void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, const int64_t* gear) {

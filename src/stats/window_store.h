@@ -35,8 +35,8 @@ class WindowStore {
  public:
   WindowStore(const GearSet& initial, const AdaptiveOptions& options, double now);
 
-  // Folds every event of `buffer` (see EventLog for the layout).
-  void Fold(const EventBuffer& buffer);
+  // Folds one recorded event (EventLog's layout, EventWords).
+  void Fold(const int64_t* event);
   // Folds one event: per dimension, `raw` served by `gear`.
   void FoldEvent(double time, int64_t count, const int64_t* raw, const int64_t* gear);
 
