@@ -34,7 +34,7 @@ void BM_Replay(benchmark::State& state) {
   if (two_dims) c.dims.push_back({"BATCHSIZE", *MakeTimesGears(1, 64), true, false});
   c.dims.push_back({"SEQLEN", *MakeTimesGears(1, 16384), false, false});
   ReplayOptions o;
-  o.policy = state.range(1) == 1 ? ReplayPolicy::kReplan : ReplayPolicy::kAdaptive;
+  o.policy = state.range(1) == 1 ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
   state.SetLabel(state.range(1) == 1 ? "replan" : "adaptive");
   for (auto _ : state) {
     auto r = Replay(c, trace, o);

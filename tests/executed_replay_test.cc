@@ -48,7 +48,7 @@ absl::StatusOr<std::unique_ptr<Backend>> TinyBlock() {
 
 TEST(ExecutedReplay, StaticPolicyOnAHandCheckedTrace) {
   ExecutedReplayOptions o;
-  o.policy = ReplayPolicy::kStatic;
+  o.policy = UpdatePolicy::kStatic;
   auto r = ExecutedReplay(SeqConfig({4, 8}), SeqTrace({{0, 3}, {1, 5}, {2, 8}, {3, 2}}), TinyBlock, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->policy, "static");
@@ -87,12 +87,14 @@ TEST(ExecutedReplay, EvictedGearsAreReleasedAndRecompiledAsTheSimulationSays) {
   const Trace trace = EvictAndReturnTrace();
   std::vector<std::string> executed_changes, simulated_changes;
   ExecutedReplayOptions eo;
+  eo.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
   eo.on_update = [&](const UpdateRecord& r) {
     if (r.changed) executed_changes.push_back(UpdateRecordToJson(r));
   };
   auto executed = ExecutedReplay(config, trace, TinyBlock, eo);
   ASSERT_TRUE(executed.ok()) << executed.status();
   ReplayOptions so;
+  so.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
   so.on_update = [&](const UpdateRecord& r) {
     if (r.changed) simulated_changes.push_back(UpdateRecordToJson(r));
   };
@@ -121,6 +123,7 @@ TEST(ExecutedReplay, MemoryPressureRunsUpdatesEarlyAndHoldsAdditionsToEvictions)
   const Trace trace = SeqTrace(rows);
   std::vector<UpdateRecord> records;
   ExecutedReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
   o.on_update = [&](const UpdateRecord& r) { records.push_back(r); };
 
   // No budget: no memory probe; the interval update at 300 adds a gear.
@@ -159,6 +162,7 @@ TEST(ExecutedReplay, RunsRequestedUpdatesAfterTheLastRowAndChecksUpToIt) {
   const Trace trace = SeqTrace(rows);
   std::vector<double> times;
   ExecutedReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
   o.max_requests = 5;  // rows at 0..40 s
   o.update_at = {100, 20};
   o.on_update = [&](const UpdateRecord& r) { times.push_back(r.time); };
@@ -185,6 +189,7 @@ TEST(ExecutedReplay, RejectsMismatchedInputs) {
               HasSubstr("trace column 0: BATCHSIZE"));
   EXPECT_FALSE(ExecutedReplay(SeqConfig({4}), SeqTrace({}), TinyBlock, {}).ok());
   ExecutedReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
   o.update_at = {std::nan("")};
   EXPECT_THAT(ExecutedReplay(SeqConfig({4}), SeqTrace({{0, 3}}), TinyBlock, o).status().message(),
               HasSubstr("--update-at"));

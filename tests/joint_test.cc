@@ -173,7 +173,7 @@ TEST(Joint, TheReplanPolicyCompilesTheCombinationsTrafficPaysFor) {
   EXPECT_THAT(record->combinations_after, ElementsAre(GearCombination{4, 2048}, GearCombination{16, 2048}));
   bool compiled = false;
   for (const ChangeRecord& c : record->changes) {
-    if (c.action == "compile") {
+    if (c.action == ChangeAction::kCompile) {
       compiled = true;
       EXPECT_EQ(c.combination, (GearCombination{16, 2048}));
       EXPECT_GE(c.gain_seconds, 1.5 * c.compile_seconds);
@@ -182,7 +182,7 @@ TEST(Joint, TheReplanPolicyCompilesTheCombinationsTrafficPaysFor) {
   }
   EXPECT_TRUE(compiled);
   ASSERT_FALSE(record->declined.empty());
-  EXPECT_EQ(record->declined.back().action, "compile");
+  EXPECT_EQ(record->declined.back().action, ChangeAction::kCompile);
   EXPECT_THAT(record->declined.back().reason, HasSubstr("too little traffic for it"));
 
   // Joint: a trickle on the cell next to a compiled combination pads onto
@@ -227,11 +227,11 @@ TEST(Joint, StationaryTrafficDoesNotFlap) {
     auto record = f.runtime->RunOnce(60.0 * update);
     ASSERT_TRUE(record.ok());
     for (const ChangeRecord& c : record->changes) {
-      if (c.action == "compile") {
+      if (c.action == ChangeAction::kCompile) {
         compiled_at[c.combination].push_back(record->time);
         if (update > 10) ++compiles_after_warmup;
       }
-      if (c.action == "drop" && compiled_at.count(c.combination)) {
+      if (c.action == ChangeAction::kDrop && compiled_at.count(c.combination)) {
         EXPECT_GE(record->time - compiled_at[c.combination].back(), ReplanOptions{}.min_gear_lifetime_seconds)
             << c.combination[0] << "x" << c.combination[1] << " dropped early";
       }

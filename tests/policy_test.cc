@@ -155,7 +155,7 @@ TEST(Policy, ZeroUseGearsGoFirstWhateverTheScores) {
   // Gear 8 pads 5 -> 8 (0.375 >= 0.35): proposes 5.
   ASSERT_EQ(d.record.additions.size(), 1u);
   EXPECT_EQ(d.record.additions[0].gear, 5);
-  EXPECT_EQ(d.record.additions[0].trigger, "pad");
+  EXPECT_EQ(d.record.additions[0].trigger, AdditionTrigger::kPad);
   EXPECT_NEAR(d.record.additions[0].pressure, 0.375 - 0.35, 1e-12);
   EXPECT_EQ(d.record.additions[0].outcome, AdditionOutcome::kAdded);
   EXPECT_THAT(d.next_gears[0], ElementsAre(5, 8, 16, 64));
@@ -211,7 +211,7 @@ TEST(Policy, SplitDrivenAdditionProposesTheMedianOversizeRequest) {
   const UpdateDecision d = DecideUpdate(gears, stats, {}, NoProtection(), 300);
   ASSERT_EQ(d.record.additions.size(), 1u);
   const AdditionRecord& a = d.record.additions[0];
-  EXPECT_EQ(a.trigger, "split");
+  EXPECT_EQ(a.trigger, AdditionTrigger::kSplit);
   EXPECT_EQ(a.gear, 100);
   EXPECT_EQ(a.source_gear, 32);
   EXPECT_NEAR(a.ratio, 0.68, 1e-12);
@@ -227,7 +227,7 @@ TEST(Policy, SplitRuleAppliesOnlyToTheMaxGear) {
       OneDim(gears, {{32, Spread(100, 30, 0, 290)}, {256, Spread(256, 30, 0, 290)}}, 300);
   AdaptiveOptions o = NoProtection();
   const UpdateDecision d = DecideUpdate(gears, stats, {}, o, 300);
-  for (const AdditionRecord& a : d.record.additions) EXPECT_NE(a.trigger, "split");
+  for (const AdditionRecord& a : d.record.additions) EXPECT_NE(a.trigger, AdditionTrigger::kSplit);
 }
 
 TEST(Policy, DuplicatesCapsAndPressureOrder) {

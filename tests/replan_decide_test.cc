@@ -111,7 +111,7 @@ TEST(ReplanDecision, HoldsStillInsideTheHysteresisBand) {
   EXPECT_THAT(d.record.targets[0], ElementsAre(1000, 1024));
   ASSERT_EQ(d.record.declined.size(), 1u);
   const ChangeRecord& no = d.record.declined[0];
-  EXPECT_EQ(no.action, "add");
+  EXPECT_EQ(no.action, ChangeAction::kAdd);
   EXPECT_EQ(no.gear, 1000);
   EXPECT_NEAR(no.gain_seconds, 250 * 2e-5 * 24 * Horizon(), 1e-6);
   EXPECT_GT(no.net_seconds, 0);
@@ -131,7 +131,7 @@ TEST(ReplanDecision, ARemovalMayLoseAtMostOneHeldGraph) {
   EXPECT_THAT(d.record.targets[0], ElementsAre(100, 1024));
   EXPECT_FALSE(d.changed);
   ASSERT_EQ(d.record.declined.size(), 1u);
-  EXPECT_EQ(d.record.declined[0].action, "remove");
+  EXPECT_EQ(d.record.declined[0].action, ChangeAction::kRemove);
   EXPECT_EQ(d.record.declined[0].gear, 300);
   EXPECT_THAT(d.record.declined[0].reason, HasSubstr("gain must reach -1 s"));
 }

@@ -63,7 +63,7 @@ int64_t Mixture(std::mt19937_64& rng) {
 TEST(Replan, PlansFromTheWindowAndCoversTheTail) {
   Replanned r(Seq());
   const UpdateRecord rec = r.Run(60, 20, Mixture);
-  EXPECT_EQ(rec.policy, "replan");
+  EXPECT_EQ(rec.policy, UpdatePolicy::kReplan);
   EXPECT_TRUE(rec.changed);
   ASSERT_EQ(rec.targets.size(), 1u);
   const std::vector<int64_t> g = r.Gears();
@@ -83,7 +83,7 @@ TEST(Replan, PlansFromTheWindowAndCoversTheTail) {
   ASSERT_FALSE(rec.changes.empty());
   for (const ChangeRecord& c : rec.changes) {
     EXPECT_FALSE(c.reason.empty());
-    if (c.action != "remove") {
+    if (c.action != ChangeAction::kRemove) {
       EXPECT_GE(c.gain_seconds, 1.5 * c.compile_seconds - 1e-9);
     }
   }
@@ -251,7 +251,7 @@ TEST(Replan, OtherDimensionsScaleTheCostOfPaddingAndCompiles) {
   EXPECT_TRUE(a.added[0].empty()) << UpdateRecordToJson(a);
   EXPECT_GE(b.added[0].size(), 3u) << UpdateRecordToJson(b);
   for (const ChangeRecord& ch : b.changes) {
-    if (ch.dimension == "BATCHSIZE" && ch.action == "add") {
+    if (ch.dimension == "BATCHSIZE" && ch.action == ChangeAction::kAdd) {
       EXPECT_DOUBLE_EQ(ch.compile_seconds, 2.0);
     }
   }
@@ -259,7 +259,7 @@ TEST(Replan, OtherDimensionsScaleTheCostOfPaddingAndCompiles) {
   const UpdateRecord c = RunTwoDims({{512, 1024, 2048, 4096}, {500, 1000, 2000, 4000}}, &four_seq);
   bool saw_batch_change = false;
   for (const ChangeRecord& ch : c.changes) {
-    if (ch.dimension == "BATCHSIZE" && ch.action != "remove") {
+    if (ch.dimension == "BATCHSIZE" && ch.action != ChangeAction::kRemove) {
       saw_batch_change = true;
       // "add"/"replace": one gear, 4 graphs of 2 s; "replan": a multiple.
       EXPECT_GT(ch.compile_seconds, 0.0);

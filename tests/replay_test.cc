@@ -41,7 +41,7 @@ Trace SeqTrace(std::vector<std::pair<double, int64_t>> rows) {
 TEST(Replay, StaticMetricsOnAHandCheckedTrace) {
   const Trace trace = SeqTrace({{0, 3}, {1, 5}, {2, 8}, {3, 2}});
   ReplayOptions o;
-  o.policy = ReplayPolicy::kStatic;
+  o.policy = UpdatePolicy::kStatic;
   auto r = Replay(SeqConfig({4, 8}), trace, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->requests, 4u);
@@ -65,7 +65,7 @@ TEST(Replay, SplitsEagerAndRejectionsAreCounted) {
   t.time = {0, 1, 2};
   t.sizes = {9, 8, 3, 20, 1, 5};  // split (4,4,+1->2), eager seq 20, plain
   ReplayOptions o;
-  o.policy = ReplayPolicy::kStatic;
+  o.policy = UpdatePolicy::kStatic;
   auto r = Replay(c, t, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->split_requests, 1u);
@@ -95,6 +95,7 @@ TEST(Replay, TheWorkerScheduleRunsInTraceTime) {
   std::vector<double> times;
   std::vector<UpdateTrigger> triggers;
   ReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
   o.on_update = [&](const UpdateRecord& r) {
     times.push_back(r.time);
     triggers.push_back(r.trigger);
@@ -130,7 +131,7 @@ TEST(Replay, RequestedUpdatesAfterTheLastRowRunAndTheTimelineCoversThem) {
   EXPECT_DOUBLE_EQ(r->replay_seconds, 400);  // the virtual clock went on to the last update
   EXPECT_EQ(nlohmann::json::parse(ReplayResultJson(*r))["replay_seconds"], 400.0);
   // The static policy runs no update, requested or not.
-  o.policy = ReplayPolicy::kStatic;
+  o.policy = UpdatePolicy::kStatic;
   times.clear();
   r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
   ASSERT_TRUE(r.ok());
@@ -146,6 +147,7 @@ TEST(Replay, ScheduledChecksRunUpToTheLastRowTime) {
     if (rows.back().first != last_row) rows.push_back({last_row, 5});
     std::vector<double> times;
     ReplayOptions o;
+    o.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
     o.on_update = [&](const UpdateRecord& r) { times.push_back(r.time); };
     auto r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -171,6 +173,7 @@ TEST(Replay, RecompilesAfterEvictionAndAveragesGearCountsOverTime) {
   c.adaptive.recent_use_protect_seconds = 0;
   std::vector<std::string> changes;
   ReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
   o.on_update = [&](const UpdateRecord& r) {
     if (r.changed) changes.push_back(UpdateRecordToJson(r));
   };
@@ -200,6 +203,7 @@ TEST(Replay, ChurnCountsGearsEvictedWithinAnHourOfTheirAddition) {
   c.adaptive.recent_use_protect_seconds = 0;
   std::vector<std::string> changes;
   ReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
   o.on_update = [&](const UpdateRecord& r) {
     if (r.changed) changes.push_back(fmt_time_and_change(r));
   };
@@ -224,7 +228,7 @@ TEST(Replay, ReplanPlansAtTheFirstWarmUpCheckWithEnoughTraffic) {
   for (double t = 1000; t <= 1200; t += 1) rows.push_back({t, 5});
   std::vector<double> times;
   ReplayOptions o;
-  o.policy = ReplayPolicy::kReplan;
+  o.policy = UpdatePolicy::kReplan;
   o.on_update = [&](const UpdateRecord& r) { times.push_back(r.time); };
   auto r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -244,7 +248,7 @@ TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {
   t.time = {0, 1, 2, 3};
   t.sizes = {2, 8, 3, 16, 1, 5, 2, 16};
   ReplayOptions o;
-  o.policy = ReplayPolicy::kStatic;
+  o.policy = UpdatePolicy::kStatic;
   auto joint = Replay(c, t, o);
   ASSERT_TRUE(joint.ok()) << joint.status();
   // Every cell is within 4 times of 4 x 16 (2 x 8 exactly 4 times): all run on it.
@@ -271,8 +275,8 @@ TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {
   EXPECT_EQ(independent->compiles, 3u);  // (2, 8), (4, 16), (2, 16)
   // The seed's policy plans each dimension alone: no joint sets.
   o.scheme = GearScheme::kJoint;
-  o.policy = ReplayPolicy::kAdaptive;
-  EXPECT_THAT(Replay(c, t, o).status().message(), HasSubstr("replan policy"));
+  o.policy = UpdatePolicy::kAdaptive;
+  EXPECT_THAT(Replay(c, t, o).status().message(), HasSubstr("need the replan or static policy"));
 }
 
 TEST(Replay, ScalingATraceDownKeepsItsEconomics) {
@@ -298,6 +302,7 @@ TEST(Replay, MemoryFromTheTraceTriggersUpdates) {
   t.mem_usage = {0.5, 0.95, 0.5, 0.5};
   std::vector<std::pair<double, UpdateTrigger>> seen;
   ReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
   o.on_update = [&](const UpdateRecord& r) { seen.push_back({r.time, r.trigger}); };
   auto r = Replay(SeqConfig({8, 16}), t, o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -314,6 +319,7 @@ TEST(Replay, MemoryModelTracksCompiledGraphs) {
   Trace t = SeqTrace({{0, 3}, {10, 7}, {70, 3}, {200, 3}});
   std::vector<UpdateRecord> records;
   ReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
   o.on_update = [&](const UpdateRecord& r) { records.push_back(r); };
   auto r = Replay(c, t, o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -335,7 +341,7 @@ TEST(Replay, RejectsMismatchedInputs) {
 
 TEST(Replay, SummaryJsonHasTheDocumentedKeys) {
   ReplayOptions o;
-  o.policy = ReplayPolicy::kStatic;
+  o.policy = UpdatePolicy::kStatic;
   auto r = Replay(SeqConfig({4, 8}), SeqTrace({{0, 3}, {1, 5}}), o);
   ASSERT_TRUE(r.ok());
   const auto j = nlohmann::json::parse(ReplayResultJson(*r));
@@ -350,7 +356,7 @@ TEST(Replay, SummaryNamesEachRunWithItsOptimumAndExecutedFigures) {
   const RuntimeConfig config = SeqConfig({4, 8});
   const Trace trace = SeqTrace({{0, 3}, {1, 5}, {2, 8}, {3, 2}});
   ReplayOptions o;
-  o.policy = ReplayPolicy::kStatic;
+  o.policy = UpdatePolicy::kStatic;
   auto fixed = Replay(config, trace, o);
   ASSERT_TRUE(fixed.ok());
   ReplaySummary summary;
@@ -385,7 +391,7 @@ TEST(Replay, SummaryNamesEachRunWithItsOptimumAndExecutedFigures) {
   EXPECT_EQ(j["executed"]["size_scale"], 4.0);
 
   // Several: by run name, with the trace; no optimum or execution asked for.
-  o.policy = ReplayPolicy::kAdaptive;
+  o.policy = UpdatePolicy::kAdaptive;
   auto adaptive = Replay(config, trace, o);
   ASSERT_TRUE(adaptive.ok());
   summary.results.push_back(*adaptive);

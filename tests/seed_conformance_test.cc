@@ -231,7 +231,7 @@ TEST(SeedConformance, AdditionNeedsFiveSamples) {
                    AdaptiveOptions{}, 300);
   EXPECT_THAT(d.added[0], ElementsAre(64));
   ASSERT_EQ(d.record.additions.size(), 1u);
-  EXPECT_EQ(d.record.additions[0].trigger, "pad");
+  EXPECT_EQ(d.record.additions[0].trigger, AdditionTrigger::kPad);
   EXPECT_NEAR(d.record.additions[0].pressure, 0.5 - 0.35, 1e-12);
 }
 
@@ -242,7 +242,7 @@ TEST(SeedConformance, SplitDrivenAdditionFiresAtAnAverageSplitOf020OnTheLargestG
                                   {}, AdaptiveOptions{}, 300);
   EXPECT_THAT(d.added[0], ElementsAre(80));
   ASSERT_EQ(d.record.additions.size(), 1u);
-  EXPECT_EQ(d.record.additions[0].trigger, "split");
+  EXPECT_EQ(d.record.additions[0].trigger, AdditionTrigger::kSplit);
   // 79: 15/79 = 0.19 < 0.20: nothing.
   d = DecideUpdate(gears, OneDim(gears, {{64, Spread(79, 5, 200, 290)}}, 300), {},
                    AdaptiveOptions{}, 300);

@@ -64,10 +64,10 @@ std::string Percent(double x) { return fmt::format("{:.2f}%", 100.0 * x); }
 
 // One replay per (scheme, policy): the schemes named, else the config's.
 absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
-  std::vector<ReplayPolicy> policies;
+  std::vector<UpdatePolicy> policies;
   std::stringstream policy_names(f.policies);
   for (std::string name; std::getline(policy_names, name, ',');) {
-    auto p = ParseReplayPolicy(name);
+    auto p = ParseUpdatePolicy(name, "--policy");
     if (!p.ok()) return p.status();
     policies.push_back(*p);
   }
@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
   }
   std::vector<ReplayRunOptions> runs;
   for (const auto& scheme : schemes) {
-    for (ReplayPolicy policy : policies) {
+    for (UpdatePolicy policy : policies) {
       ReplayRunOptions run;
       run.policy = policy;
       run.scheme = scheme;
@@ -113,7 +113,7 @@ absl::StatusOr<std::vector<ReplayResult>> RunSimulated(const ReplayFlags& f, con
         decisions->stream() << UpdateRecordToJson(r) << '\n';
       };
     }
-    ProgressBar bar("replay " + std::string(ReplayPolicyName(run.policy)) +
+    ProgressBar bar("replay " + std::string(UpdatePolicyName(run.policy)) +
                     (run.scheme ? "/" + std::string(GearSchemeName(*run.scheme)) : ""));
     options.progress = [&bar](size_t done, size_t total) { bar.Update(done, total); };
     auto result = Replay(config, trace, options);
@@ -230,7 +230,7 @@ absl::StatusOr<std::vector<ExecutedReplayResult>> RunExecuted(const ReplayFlags&
     static_cast<ReplayRunOptions&>(options) = run;
     options.max_requests = f.max_requests;
     options.memory_budget_bytes = static_cast<int64_t>(f.memory_budget_mb * 1024 * 1024);
-    ProgressBar bar("execute " + std::string(ReplayPolicyName(run.policy)));
+    ProgressBar bar("execute " + std::string(UpdatePolicyName(run.policy)));
     options.progress = [&bar](size_t done, size_t total) { bar.Update(done, total); };
     auto r = ExecutedReplay(scaled_config, scaled_trace,
                             [&]() { return BackendRegistry::Global().Create(f.execute, *params); }, options);

@@ -6,10 +6,27 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace gearbox {
+
+// Which policy decides the updates: the runtime, the replay tool, the CLI
+// (`--policy`) and update records ("policy") all use these names.
+enum class UpdatePolicy {
+  kStatic,    // never changes the gears ("static")
+  kAdaptive,  // the seed's rules (policy.h; "adaptive")
+  kReplan,    // re-plan from the window with the cost model (replan_policy.h; "replan")
+};
+// The default everywhere: on every real trace replayed it wastes a fraction
+// of the seed policy's padding at a bounded compile rate (docs/POLICY.md).
+inline constexpr UpdatePolicy kDefaultUpdatePolicy = UpdatePolicy::kReplan;
+std::string_view UpdatePolicyName(UpdatePolicy policy);
+// "static", "adaptive" or "replan"; `field` names the setting in errors.
+absl::StatusOr<UpdatePolicy> ParseUpdatePolicy(std::string_view name,
+                                               std::string_view field = "policy");
 
 struct AdaptiveOptions {
   // --- window statistics ---

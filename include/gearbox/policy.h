@@ -49,6 +49,9 @@ std::pair<double, int64_t> ReplacementLoss(const GearStats& stats,
 //  and split (max gear), candidate = median raw size, skip duplicates, order
 //  by pressure, cap per dimension; under memory pressure at most as many
 //  additions as evictions.
+// The static policy: the gears as they are, the record says so.
+UpdateDecision DecideStatic(const GearSet& gears, const MemoryState& memory, double now);
+
 UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
                             const MemoryState& memory, const AdaptiveOptions& options,
                             double now);

@@ -25,7 +25,7 @@ struct ReplanOptions {
   // dimensions a gear of one dimension is charged one compile (and one held
   // graph, and its memory) per gear in use in each of the others: the
   // combinations it adds.
-  GearCostModel cost{2.0, 2e-5, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0};
+  GearCostModel cost{.compile_seconds = 2.0, .seconds_per_unit = 2e-5};
   // A change's padding gain is counted over this horizon, seconds.
   double payback_seconds = 3600.0;
   // Hysteresis band: a gear is added (or replaces another) only when its

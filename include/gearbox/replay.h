@@ -33,13 +33,9 @@
 
 namespace gearbox {
 
-enum class ReplayPolicy { kStatic, kAdaptive, kReplan };
-std::string_view ReplayPolicyName(ReplayPolicy policy);
-absl::StatusOr<ReplayPolicy> ParseReplayPolicy(std::string_view name);
-
 // What both replays (this one and ExecutedReplay) take.
 struct ReplayRunOptions {
-  ReplayPolicy policy = ReplayPolicy::kAdaptive;
+  UpdatePolicy policy = kDefaultUpdatePolicy;
   // Overrides the config's gear scheme (then starting from every cell of the
   // initial gears unless it is the config's own scheme, whose combinations
   // are kept). Joint and sparse need the replan or static policy.

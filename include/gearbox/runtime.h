@@ -42,12 +42,6 @@ namespace gearbox {
 
 class GearUpdateWorker;
 
-// Which policy decides the updates.
-enum class UpdatePolicy {
-  kAdaptive,  // the seed's rules (policy.h), with gearbox's fixes
-  kReplan,    // re-plan from the window with the cost model (replan_policy.h)
-};
-
 struct RuntimeOptions {
   AdaptiveOptions adaptive;
   // The default is kReplan: on every real trace we replayed it wastes a

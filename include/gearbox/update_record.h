@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gearbox/gear_set.h"
+#include "gearbox/options.h"
 
 namespace gearbox {
 
@@ -44,10 +45,22 @@ enum class GearVerdict {
 };
 std::string_view VerdictName(GearVerdict verdict);
 
+// What a replan change does (JSON: the lower-case name).
+enum class ChangeAction {
+  kAdd,      // "add": a gear
+  kRemove,   // "remove": a gear
+  kReplace,  // "replace": one gear by another
+  kReplan,   // "replan": the whole planned target at once
+  kCompile,  // "compile": a joint or sparse combination
+  kDrop,     // "drop": a joint or sparse combination
+  kNone,     // "none": declined, nothing to do (e.g. too little traffic)
+};
+std::string_view ChangeActionName(ChangeAction action);
+
 // A gear change the replan policy took, or the best one it declined.
 struct ChangeRecord {
   std::string dimension;      // joint and sparse combinations: "A,B"
-  std::string action;         // "add", "remove", "replace", "replan"; "compile" / "drop" a combination
+  ChangeAction action = ChangeAction::kAdd;
   int64_t gear = 0;           // added (or, for "remove", removed)
   int64_t replaced = 0;       // for "replace": the gear removed
   double gain_seconds = 0.0;  // padding (and memory, weighted) saved over the payback horizon
@@ -92,10 +105,17 @@ enum class AdditionOutcome {
 };
 std::string_view OutcomeName(AdditionOutcome outcome);
 
+// What proposed an addition (JSON: "pad" or "split").
+enum class AdditionTrigger {
+  kPad,    // the source gear's average pad ratio reached pad_add_threshold
+  kSplit,  // the largest gear's average split ratio reached split_add_threshold
+};
+std::string_view AdditionTriggerName(AdditionTrigger trigger);
+
 struct AdditionRecord {
   std::string dimension;
   int64_t gear = 0;          // the proposed gear: median of the source's raw sizes
-  std::string trigger;       // "pad" or "split"
+  AdditionTrigger trigger = AdditionTrigger::kPad;
   int64_t source_gear = 0;   // the gear whose statistics proposed it
   double ratio = 0.0;        // the source's avg pad (or split) ratio
   double pressure = 0.0;     // ratio - threshold; higher goes first
@@ -105,7 +125,7 @@ struct AdditionRecord {
 };
 
 struct UpdateRecord {
-  std::string policy = "adaptive";  // the policy that decided: "adaptive" (the seed's) or "replan"
+  UpdatePolicy policy = UpdatePolicy::kAdaptive;  // the policy that decided
   uint64_t sequence = 0;  // 1 for the runtime's first update
   double time = 0.0;
   UpdateTrigger trigger = UpdateTrigger::kManual;

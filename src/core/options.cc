@@ -77,4 +77,21 @@ absl::Status ValidateAdaptiveOptions(const AdaptiveOptions& o) {
   return absl::OkStatus();
 }
 
+std::string_view UpdatePolicyName(UpdatePolicy policy) {
+  switch (policy) {
+    case UpdatePolicy::kStatic: return "static";
+    case UpdatePolicy::kAdaptive: return "adaptive";
+    case UpdatePolicy::kReplan: return "replan";
+  }
+  return "?";
+}
+
+absl::StatusOr<UpdatePolicy> ParseUpdatePolicy(std::string_view name, std::string_view field) {
+  for (UpdatePolicy p : {UpdatePolicy::kStatic, UpdatePolicy::kAdaptive, UpdatePolicy::kReplan}) {
+    if (name == UpdatePolicyName(p)) return p;
+  }
+  return internal::InvalidField(field, internal::Cat("\"", name, "\""),
+                                "\"static\", \"adaptive\" or \"replan\"");
+}
+
 }  // namespace gearbox

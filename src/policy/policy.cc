@@ -106,6 +106,27 @@ std::pair<double, int64_t> ReplacementLoss(const GearStats& stats,
   return {loss / static_cast<double>(stats.raw_samples.total()), replacement};
 }
 
+UpdateDecision DecideStatic(const GearSet& gears, const MemoryState& memory, double now) {
+  UpdateDecision out;
+  const int num_dims = gears.num_dimensions();
+  UpdateRecord& rec = out.record;
+  rec.policy = UpdatePolicy::kStatic;
+  rec.time = now;
+  rec.memory = memory;
+  rec.version_before = gears.version();
+  rec.removed.resize(num_dims);
+  rec.added.resize(num_dims);
+  out.removed.resize(num_dims);
+  out.added.resize(num_dims);
+  for (int d = 0; d < num_dims; ++d) {
+    rec.dimensions.push_back(gears.dimension(d).name);
+    out.next_gears.emplace_back(gears.gears(d).begin(), gears.gears(d).end());
+  }
+  out.next_combinations = gears.combinations();
+  rec.gears_after = out.next_gears;
+  return out;
+}
+
 UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
                             const MemoryState& memory, const AdaptiveOptions& o, double now) {
   UpdateDecision out;
@@ -233,7 +254,7 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
     for (int64_t gear : gears.gears(d)) {
       const GearStats& s = view.at(gear);
       if (s.sample_count == 0) continue;
-      auto propose = [&](const char* trigger, double ratio, double threshold) {
+      auto propose = [&](AdditionTrigger trigger, double ratio, double threshold) {
         Proposal p;
         p.dimension = d;
         p.record.dimension = gears.dimension(d).name;
@@ -245,18 +266,18 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
         p.record.samples = s.sample_count;
         // What the new gear would serve on this evidence: the padded samples
         // at or below it, or every oversize request for a new max.
-        p.record.share = std::string_view(trigger) == "split"
+        p.record.share = trigger == AdditionTrigger::kSplit
                              ? s.split_sample_count
                              : s.raw_samples.CountAtMost(p.record.gear);
         proposals.push_back(std::move(p));
       };
       if (gear == max_gear && static_cast<int64_t>(s.split_sample_count) >= o.add_min_samples &&
           s.avg_split_ratio >= o.split_add_threshold) {
-        propose("split", s.avg_split_ratio, o.split_add_threshold);
+        propose(AdditionTrigger::kSplit, s.avg_split_ratio, o.split_add_threshold);
       }
       if (static_cast<int64_t>(s.pad_sample_count) >= o.add_min_samples &&
           s.avg_pad_ratio >= o.pad_add_threshold) {
-        propose("pad", s.avg_pad_ratio, o.pad_add_threshold);
+        propose(AdditionTrigger::kPad, s.avg_pad_ratio, o.pad_add_threshold);
       }
     }
   }
@@ -326,6 +347,23 @@ std::string_view VerdictName(GearVerdict verdict) {
     case GearVerdict::kKept: return "kept";
   }
   return "unknown";
+}
+
+std::string_view AdditionTriggerName(AdditionTrigger trigger) {
+  return trigger == AdditionTrigger::kSplit ? "split" : "pad";
+}
+
+std::string_view ChangeActionName(ChangeAction action) {
+  switch (action) {
+    case ChangeAction::kAdd: return "add";
+    case ChangeAction::kRemove: return "remove";
+    case ChangeAction::kReplace: return "replace";
+    case ChangeAction::kReplan: return "replan";
+    case ChangeAction::kCompile: return "compile";
+    case ChangeAction::kDrop: return "drop";
+    case ChangeAction::kNone: return "none";
+  }
+  return "?";
 }
 
 std::string_view OutcomeName(AdditionOutcome outcome) {

@@ -17,7 +17,7 @@ UpdateDecision StartFromTheSeedRecord(const GearSet& gears, const WindowStats& s
   frozen.recent_use_protect_seconds = std::numeric_limits<double>::infinity();
   UpdateDecision out = DecideUpdate(gears, stats, MemoryState{}, frozen, now);
   UpdateRecord& rec = out.record;
-  rec.policy = "replan";
+  rec.policy = UpdatePolicy::kReplan;
   rec.memory = memory;
   rec.additions.clear();
   rec.addition_budget.reset();

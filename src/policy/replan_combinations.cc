@@ -195,7 +195,7 @@ class CombinationChooser {
         in_set_[k] = 0;
         ++dropped;
         out_->record.changes.push_back(
-            {dims_, "drop", 0, 0, -loss[k], 0.0, -loss[k],
+            {dims_, ChangeAction::kDrop, 0, 0, -loss[k], 0.0, -loss[k],
              loss[k] <= 0 ? "no traffic of the window runs best on it"
              : memory_.high && loss[k] >= holding_ ? "memory is high"
                                                    : "its traffic loses less than holding one graph elsewhere",
@@ -262,7 +262,7 @@ class CombinationChooser {
       double served = 0;
       const double raw_gain = GainOf(k, &served);
       if (gain < threshold) {
-        declined = ChangeRecord{dims_, "compile", 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
+        declined = ChangeRecord{dims_, ChangeAction::kCompile, 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
                                 served < o_.min_window_weight
                                     ? Cat("too little traffic for it in the window (", served, " < min_window_weight)")
                                     : Cat("outside the hysteresis band (gain must reach ", threshold, " s)"),
@@ -270,13 +270,13 @@ class CombinationChooser {
         break;
       }
       if (static_cast<int>(in_use) >= o_.max_combinations) {
-        declined = ChangeRecord{dims_, "compile", 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
+        declined = ChangeRecord{dims_, ChangeAction::kCompile, 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
                                 "the gear set is at replan.max_combinations", Combination(k)};
         break;
       }
       in_set_[k] = 1;
       ++in_use;
-      out_->record.changes.push_back({dims_, "compile", 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
+      out_->record.changes.push_back({dims_, ChangeAction::kCompile, 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
                                       "gain clears the hysteresis", Combination(k)});
       ForEachServed(k / n1_, k % n1_, [&](size_t i, size_t j) {
         const size_t c = At(i, j);

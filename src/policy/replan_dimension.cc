@@ -15,7 +15,7 @@ namespace gearbox::internal {
 namespace {
 
 struct Move {
-  std::string action;
+  ChangeAction action;
   int64_t add = 0;
   int64_t remove = 0;
   double gain = 0;     // padding + memory saved over the horizon (weighted seconds)
@@ -136,7 +136,7 @@ class DimensionReplanner {
     for (int64_t c : set_) {
       if (!std::binary_search(whole.begin(), whole.end(), c)) MarkEvicted(c);
     }
-    out_->record.changes.push_back({spec_.name, "replan", static_cast<int64_t>(whole.size()), 0, gain,
+    out_->record.changes.push_back({spec_.name, ChangeAction::kReplan, static_cast<int64_t>(whole.size()), 0, gain,
                                     adds * cost_.compile, gain - adds * cost_.compile,
                                     Cat("the planned set pays for its ", adds, " compiles")});
     set_ = whole;
@@ -205,7 +205,7 @@ class DimensionReplanner {
   }
 
   // A move with its gain, threshold and, if a rule forbids it, why.
-  Move Consider(const char* action, int64_t add, int64_t remove, double base) const {
+  Move Consider(ChangeAction action, int64_t add, int64_t remove, double base) const {
     Move mv{action, add, remove, GainOf(add, remove, base), add ? cost_.compile : 0.0, ThresholdFor(add), ""};
     if (remove && Young(remove)) mv.why_not = Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
     if (add && !remove && static_cast<int>(set_.size()) >= adaptive_.max_gears_per_type) {
@@ -241,13 +241,13 @@ class DimensionReplanner {
     *any_removal = !removes.empty();
     std::vector<Move> moves;
     if (target_.empty()) return moves;
-    for (int64_t t : adds) moves.push_back(Consider("add", t, 0, base));
-    for (int64_t c : removes) moves.push_back(Consider("remove", 0, c, base));
+    for (int64_t t : adds) moves.push_back(Consider(ChangeAction::kAdd, t, 0, base));
+    for (int64_t c : removes) moves.push_back(Consider(ChangeAction::kRemove, 0, c, base));
     for (int64_t t : adds) {
       auto above = std::upper_bound(set_.begin(), set_.end(), t);
       for (auto it : {above, above == set_.begin() ? set_.end() : std::prev(above)}) {
         if (it != set_.end() && std::binary_search(removes.begin(), removes.end(), *it)) {
-          moves.push_back(Consider("replace", t, *it, base));
+          moves.push_back(Consider(ChangeAction::kReplace, t, *it, base));
         }
       }
     }
@@ -272,7 +272,7 @@ class DimensionReplanner {
       // Memory pressure: give back the gear whose removal costs least,
       // within the count floor and the largest-gear rule (why_not).
       for (const Move& mv : moves) {
-        if (mv.action == "remove" && mv.why_not.empty() && (best == nullptr || mv.gain > best->gain)) best = &mv;
+        if (mv.action == ChangeAction::kRemove && mv.why_not.empty() && (best == nullptr || mv.gain > best->gain)) best = &mv;
       }
     }
     if (best == nullptr && best_declined != nullptr) {
@@ -300,7 +300,7 @@ class DimensionReplanner {
     if (memory_.high && mv.remove && !mv.add) ++budget_;
     out_->record.changes.push_back({spec_.name, mv.action, mv.add ? mv.add : mv.remove,
                                     mv.add && mv.remove ? mv.remove : 0, mv.gain, mv.compile, mv.gain - mv.compile,
-                                    memory_.high && mv.action == "remove" && mv.gain < 0 ? "memory is high"
+                                    memory_.high && mv.action == ChangeAction::kRemove && mv.gain < 0 ? "memory is high"
                                                                                          : "gain clears the hysteresis"});
     ++changes_;
   }
@@ -362,7 +362,7 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds, cons
   if (ds == nullptr) return;
   const Distribution dist(ds->sizes, cost.model);
   if (dist.empty() || dist.total_weight() < o.min_window_weight) {
-    out->record.declined.push_back({spec.name, "none", 0, 0, 0.0, 0.0, 0.0,
+    out->record.declined.push_back({spec.name, ChangeAction::kNone, 0, 0, 0.0, 0.0, 0.0,
                                     Cat("too little traffic in the window (", dist.empty() ? 0.0 : dist.total_weight(),
                                         " < min_window_weight)")});
     return;

@@ -38,7 +38,7 @@ ordered_json GearsWithVerdict(const UpdateRecord& r, GearVerdict verdict) {
 
 std::string UpdateRecordToJson(const UpdateRecord& r) {
   ordered_json j;
-  j["policy"] = r.policy;
+  j["policy"] = UpdatePolicyName(r.policy);
   j["sequence"] = r.sequence;
   j["time"] = Round6(r.time);
   j["trigger"] = TriggerName(r.trigger);
@@ -90,7 +90,7 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
     ordered_json e;
     e["dim"] = a.dimension;
     e["gear"] = a.gear;
-    e["trigger"] = a.trigger;
+    e["trigger"] = AdditionTriggerName(a.trigger);
     e["source"] = a.source_gear;
     e["ratio"] = Round6(a.ratio);
     e["pressure"] = Round6(a.pressure);
@@ -100,20 +100,20 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
     additions.push_back(std::move(e));
   }
   j["additions"] = std::move(additions);
-  if (r.policy == "replan") {
+  if (r.policy == UpdatePolicy::kReplan) {
     j["targets"] = PerDimension(r.dimensions, r.targets, false);
     auto changes = [](const std::vector<ChangeRecord>& list) {
       ordered_json out = ordered_json::array();
       for (const ChangeRecord& c : list) {
         ordered_json e;
         e["dim"] = c.dimension;
-        e["action"] = c.action;
-        if (c.action == "compile" || c.action == "drop") {
+        e["action"] = ChangeActionName(c.action);
+        if (c.action == ChangeAction::kCompile || c.action == ChangeAction::kDrop) {
           e["combination"] = c.combination;
         } else {
           e["gear"] = c.gear;
         }
-        if (c.action == "replace") e["replaced"] = c.replaced;
+        if (c.action == ChangeAction::kReplace) e["replaced"] = c.replaced;
         e["gain_s"] = Round6(c.gain_seconds);
         e["compile_s"] = Round6(c.compile_seconds);
         e["net_s"] = Round6(c.net_seconds);

@@ -167,10 +167,10 @@ absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> AdaptiveGearRuntime::Create
                                        "an integer in [1, 1048576]");
   }
   Clock* clock = options.clock != nullptr ? options.clock : SystemClock::Default();
-  if (options.scheme != GearScheme::kIndependent && options.policy != UpdatePolicy::kReplan) {
+  if (options.scheme != GearScheme::kIndependent && options.policy == UpdatePolicy::kAdaptive) {
     return internal::InvalidField("scheme", internal::Cat("\"", GearSchemeName(options.scheme), "\""),
-                                  "joint and sparse gear sets need the replan policy (the adaptive policy "
-                                  "plans each dimension alone)");
+                                  "joint and sparse gear sets need the replan or static policy (the "
+                                  "adaptive policy plans each dimension alone)");
   }
   CombinationSpec combinations =
       InitialCombinations(dimensions, {options.scheme, options.combinations, options.cover_ratio});
@@ -376,10 +376,16 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
                                       /*with_sizes=*/options_.policy == UpdatePolicy::kReplan);
     }
     const MemoryState memory = ReadMemory();
-    UpdateDecision decision =
-        options_.policy == UpdatePolicy::kReplan
-            ? DecideReplan(*current, stats, memory, options_.adaptive, options_.replan, now)
-            : DecideUpdate(*current, stats, memory, options_.adaptive, now);
+    UpdateDecision decision;
+    switch (options_.policy) {
+      case UpdatePolicy::kStatic: decision = DecideStatic(*current, memory, now); break;
+      case UpdatePolicy::kAdaptive:
+        decision = DecideUpdate(*current, stats, memory, options_.adaptive, now);
+        break;
+      case UpdatePolicy::kReplan:
+        decision = DecideReplan(*current, stats, memory, options_.adaptive, options_.replan, now);
+        break;
+    }
     record = std::move(decision.record);
     record.sequence = impl_->sequence + 1;
     record.trigger = trigger;

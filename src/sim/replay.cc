@@ -127,22 +127,6 @@ class ChurnTracker {
 
 }  // namespace
 
-std::string_view ReplayPolicyName(ReplayPolicy policy) {
-  switch (policy) {
-    case ReplayPolicy::kStatic: return "static";
-    case ReplayPolicy::kAdaptive: return "adaptive";
-    case ReplayPolicy::kReplan: return "replan";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<ReplayPolicy> ParseReplayPolicy(std::string_view name) {
-  if (name == "static") return ReplayPolicy::kStatic;
-  if (name == "adaptive") return ReplayPolicy::kAdaptive;
-  if (name == "replan") return ReplayPolicy::kReplan;
-  return internal::InvalidField("--policy", Cat("\"", name, "\""), "\"static\", \"adaptive\" or \"replan\"");
-}
-
 absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& trace,
                                     const ReplayOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();

@@ -30,7 +30,7 @@ absl::Status CheckReplayInputs(const RuntimeConfig& config, const Trace& trace,
 }
 
 std::string ReplayRunName(const ReplayRunOptions& options) {
-  std::string name(ReplayPolicyName(options.policy));
+  std::string name(UpdatePolicyName(options.policy));
   if (options.scheme.has_value()) name += Cat("/", GearSchemeName(*options.scheme));
   return name;
 }
@@ -40,7 +40,7 @@ RuntimeOptions ReplayRuntimeOptions(const RuntimeConfig& config, const ReplayRun
   RuntimeOptions ro;
   ro.adaptive = config.adaptive;
   // The static policy never updates; kReplan lets it hold any gear scheme.
-  ro.policy = options.policy == ReplayPolicy::kAdaptive ? UpdatePolicy::kAdaptive : UpdatePolicy::kReplan;
+  ro.policy = options.policy;
   ro.replan = config.replan;
   ro.scheme = options.scheme.value_or(config.scheme);
   if (ro.scheme == config.scheme) ro.combinations = config.combinations;
@@ -56,11 +56,11 @@ ReplaySchedule::ReplaySchedule(const ReplayRunOptions& options, double first_row
                                AdaptiveGearRuntime* runtime, ManualClock* clock)
     : runtime_(runtime),
       clock_(clock),
-      checks_(options.policy != ReplayPolicy::kStatic && options.update_at.empty()),
+      checks_(options.policy != UpdatePolicy::kStatic && options.update_at.empty()),
       last_row_(last_row),
       next_check_(first_row + runtime->CheckIntervalSeconds()),
       end_(last_row) {
-  if (options.policy != ReplayPolicy::kStatic) update_at_ = options.update_at;
+  if (options.policy != UpdatePolicy::kStatic) update_at_ = options.update_at;
   std::sort(update_at_.begin(), update_at_.end());
 }
 
