@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ clang-14 libclang-rt-14-dev
+  cmake ninja-build g++ clang-14 libclang-rt-14-dev clang-format-14
   libgtest-dev libgmock-dev libbenchmark-dev
   libabsl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libdlpack-dev gnuplot-nox

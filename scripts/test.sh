@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, then
-#  1. g++, Release, warnings as errors: every test;
+#  0. clang-format-14: every C++ file formatted (scripts/check-format.sh);
+#  1. g++, Release, warnings as errors, each layer linked alone (the layering
+#     check): every test; then the installed CMake package, used by a project
+#     outside the tree and by every C++ example of the README (scripts/check-consumer.sh);
 #  2. clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer and
 #     -Wthread-safety (warnings as errors): every test, then each libFuzzer
 #     harness for FUZZ_SECONDS (default 20) from its seed corpus;
@@ -17,9 +20,15 @@ fuzz_seconds=${FUZZ_SECONDS:-20}
 start=$(date +%s)
 stage() { echo "== $1 ($(( $(date +%s) - start )) s)"; }
 
+stage "clang-format"
+scripts/check-format.sh
+
 stage "g++: build and test"
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+stage "installed package: consumer project and README examples"
+scripts/check-consumer.sh
 
 stage "clang-14: ASan + UBSan + thread-safety analysis"
 sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only")
