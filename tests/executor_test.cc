@@ -1,4 +1,5 @@
 #include "gearbox/executor.h"
+#include "src/common/mutex.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -10,6 +10,7 @@
 
 #include "gearbox/runtime.h"
 #include "gearbox/update_worker.h"
+#include "src/common/mutex.h"
 
 namespace gearbox {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "fmt/format.h"
 #include "gearbox/runtime.h"
+#include "src/common/mutex.h"
 
 namespace gearbox::testing {
 namespace {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "gearbox/runtime.h"
+#include "src/common/mutex.h"
 
 namespace gearbox {
 namespace {

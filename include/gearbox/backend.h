@@ -77,6 +77,10 @@ using BackendFactory =
 // Process-wide registry of backends by name. Thread-safe.
 class BackendRegistry {
  public:
+  BackendRegistry();
+  ~BackendRegistry();
+  BackendRegistry(const BackendRegistry&) = delete;
+  BackendRegistry& operator=(const BackendRegistry&) = delete;
   static BackendRegistry& Global();
   // Fails if the name is taken.
   absl::Status Register(std::string name, BackendFactory factory);
@@ -85,8 +89,8 @@ class BackendRegistry {
   std::vector<std::string> Names() const;
 
  private:
-  mutable Mutex mu_;
-  std::map<std::string, BackendFactory, std::less<>> factories_ ABSL_GUARDED_BY(mu_);
+  struct Factories;  // by name, under a mutex (src/executor/backend_registry.cc)
+  std::unique_ptr<Factories> factories_;
 };
 
 // Parses an integer parameter, or returns `fallback` when absent; errors name it.

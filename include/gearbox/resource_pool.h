@@ -27,14 +27,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "gearbox/log.h"
 #include "gearbox/graph_key.h"
-#include "gearbox/mutex.h"
 
 namespace gearbox {
 
@@ -91,8 +88,8 @@ class GraphResourcePool {
 
   size_t size() const;          // live entries
   int64_t bytes() const;        // sum of bytes() over live entries
-  uint64_t registered() const { return registered_.load(std::memory_order_relaxed); }
-  uint64_t removed() const { return removed_.load(std::memory_order_relaxed); }
+  uint64_t registered() const;  // keys handed out in all
+  uint64_t removed() const;     // entries removed in all
   // Release outcomes (shared with resources that outlive the pool).
   uint64_t released() const;
   uint64_t release_failures() const;  // failed attempts
@@ -103,19 +100,11 @@ class GraphResourcePool {
   // Shared by the pool and every reference it handed out, so a resource
   // released after the pool is gone still has somewhere to report.
   struct ReleaseState;
-  struct Entry {
-    std::shared_ptr<GraphResource> resource;  // the handle whose last drop releases
-    int64_t bytes = 0;                        // as reported at registration
-  };
+  // The live entries, each thread's recent keys and the counters, under one
+  // mutex (src/runtime/resource_pool.cc).
+  struct Registry;
   std::shared_ptr<ReleaseState> release_;
-  mutable Mutex mu_;
-  GraphKey next_key_ ABSL_GUARDED_BY(mu_) = 1;
-  std::unordered_map<GraphKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::thread::id, std::vector<GraphKey>> pending_by_thread_
-      ABSL_GUARDED_BY(mu_);
-  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<uint64_t> registered_{0};  // statistics only; relaxed
-  std::atomic<uint64_t> removed_{0};     // statistics only; relaxed
+  std::unique_ptr<Registry> registry_;
 };
 
 }  // namespace gearbox

@@ -15,10 +15,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <thread>
 
 #include "gearbox/clock.h"
-#include "gearbox/mutex.h"
 
 namespace gearbox {
 
@@ -52,17 +52,16 @@ class GearUpdateWorker {
  private:
   void Loop();
 
+  // The check counters and the condition WaitForChecks waits on
+  // (src/runtime/update_worker.cc).
+  struct Counters;
+
   AdaptiveGearRuntime* const runtime_;
   WakeSignal signal_;
   std::thread thread_;                 // touched only by Start/Stop
   std::atomic<bool> running_{false};   // set by Start, cleared by Stop
   std::atomic<bool> stop_{false};      // read by the thread each wake
-
-  mutable Mutex mu_;  // guards the counters below; waited on by WaitForChecks
-  CondVar checked_;
-  uint64_t checks_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<Counters> counters_;
 };
 
 }  // namespace gearbox

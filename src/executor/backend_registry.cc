@@ -2,8 +2,17 @@
 
 #include "gearbox/backend.h"
 #include "src/common/errors.h"
+#include "src/common/mutex.h"
 
 namespace gearbox {
+
+struct BackendRegistry::Factories {
+  Mutex mu;
+  std::map<std::string, BackendFactory, std::less<>> by_name ABSL_GUARDED_BY(mu);
+};
+
+BackendRegistry::BackendRegistry() : factories_(std::make_unique<Factories>()) {}
+BackendRegistry::~BackendRegistry() = default;
 
 BackendRegistry& BackendRegistry::Global() {
   static BackendRegistry* registry = new BackendRegistry();
@@ -11,11 +20,11 @@ BackendRegistry& BackendRegistry::Global() {
 }
 
 absl::Status BackendRegistry::Register(std::string name, BackendFactory factory) {
-  MutexLock lock(&mu_);
-  if (factories_.count(name)) {
+  MutexLock lock(&factories_->mu);
+  if (factories_->by_name.count(name)) {
     return internal::InvalidField("backend", internal::Cat("\"", name, "\""), "a name not registered yet");
   }
-  factories_.emplace(std::move(name), std::move(factory));
+  factories_->by_name.emplace(std::move(name), std::move(factory));
   return absl::OkStatus();
 }
 
@@ -24,10 +33,10 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::Create(std::string_vie
   BackendFactory factory;
   std::string known;
   {
-    MutexLock lock(&mu_);
-    auto it = factories_.find(name);
-    if (it != factories_.end()) factory = it->second;
-    for (const auto& [n, f] : factories_) known += (known.empty() ? "" : ", ") + n;
+    MutexLock lock(&factories_->mu);
+    auto it = factories_->by_name.find(name);
+    if (it != factories_->by_name.end()) factory = it->second;
+    for (const auto& [n, f] : factories_->by_name) known += (known.empty() ? "" : ", ") + n;
   }
   if (!factory) {
     return internal::InvalidField("backend", internal::Cat("\"", name, "\""),
@@ -37,9 +46,9 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::Create(std::string_vie
 }
 
 std::vector<std::string> BackendRegistry::Names() const {
-  MutexLock lock(&mu_);
+  MutexLock lock(&factories_->mu);
   std::vector<std::string> names;
-  for (const auto& [n, f] : factories_) names.push_back(n);
+  for (const auto& [n, f] : factories_->by_name) names.push_back(n);
   return names;
 }
 

@@ -11,6 +11,7 @@
 #include "src/common/errors.h"
 #include "src/runtime/epoch.h"
 #include "src/stats/event_log.h"  // ThisThreadIndex
+#include "src/common/mutex.h"
 
 namespace gearbox {
 namespace {

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "gearbox/log.h"
-#include "gearbox/mutex.h"
+#include "src/common/mutex.h"
 
 namespace gearbox {
 

@@ -1,9 +1,14 @@
 #include "gearbox/resource_pool.h"
 
+#include <thread>
+#include <unordered_map>
+
 #include <exception>
 #include <map>
 
 #include "src/common/errors.h"
+
+#include "src/common/mutex.h"
 
 namespace gearbox {
 
@@ -61,14 +66,29 @@ struct GraphResourcePool::ReleaseState {
   }
 };
 
+struct GraphResourcePool::Registry {
+  struct Entry {
+    std::shared_ptr<GraphResource> resource;  // the handle whose last drop releases
+    int64_t bytes = 0;                        // as reported at registration
+  };
+  mutable Mutex mu;
+  GraphKey next_key ABSL_GUARDED_BY(mu) = 1;
+  std::unordered_map<GraphKey, Entry> entries ABSL_GUARDED_BY(mu);
+  std::unordered_map<std::thread::id, std::vector<GraphKey>> pending_by_thread ABSL_GUARDED_BY(mu);
+  int64_t bytes ABSL_GUARDED_BY(mu) = 0;
+  std::atomic<uint64_t> registered{0};  // statistics only; relaxed
+  std::atomic<uint64_t> removed{0};     // statistics only; relaxed
+};
+
 GraphResourcePool::GraphResourcePool(PoolOptions options)
-    : release_(std::make_shared<ReleaseState>(std::move(options))) {}
+    : release_(std::make_shared<ReleaseState>(std::move(options))),
+      registry_(std::make_unique<Registry>()) {}
 
 GraphResourcePool::~GraphResourcePool() {
-  std::unordered_map<GraphKey, Entry> entries;
+  std::unordered_map<GraphKey, Registry::Entry> entries;
   {
-    MutexLock lock(&mu_);
-    entries.swap(entries_);
+    MutexLock lock(&registry_->mu);
+    entries.swap(registry_->entries);
   }
   entries.clear();  // releases run here, outside the lock
   RetryFailedReleases();
@@ -93,28 +113,28 @@ GraphKey GraphResourcePool::Register(std::shared_ptr<GraphResource> resource) {
       raw, [state = release_, owner = std::move(resource)](GraphResource*) mutable noexcept {
         state->Attempt(std::move(owner), 0);
       });
-  MutexLock lock(&mu_);
-  const GraphKey key = next_key_++;
-  entries_.emplace(key, Entry{std::move(handle), bytes});
-  pending_by_thread_[std::this_thread::get_id()].push_back(key);
-  bytes_ += bytes;
-  registered_.fetch_add(1, std::memory_order_relaxed);
+  MutexLock lock(&registry_->mu);
+  const GraphKey key = registry_->next_key++;
+  registry_->entries.emplace(key, Registry::Entry{std::move(handle), bytes});
+  registry_->pending_by_thread[std::this_thread::get_id()].push_back(key);
+  registry_->bytes += bytes;
+  registry_->registered.fetch_add(1, std::memory_order_relaxed);
   return key;
 }
 
 std::vector<GraphKey> GraphResourcePool::ConsumeRecentKeys() {
-  MutexLock lock(&mu_);
-  auto it = pending_by_thread_.find(std::this_thread::get_id());
-  if (it == pending_by_thread_.end()) return {};
+  MutexLock lock(&registry_->mu);
+  auto it = registry_->pending_by_thread.find(std::this_thread::get_id());
+  if (it == registry_->pending_by_thread.end()) return {};
   std::vector<GraphKey> keys = std::move(it->second);
-  pending_by_thread_.erase(it);
+  registry_->pending_by_thread.erase(it);
   return keys;
 }
 
 std::shared_ptr<GraphResource> GraphResourcePool::Acquire(GraphKey key) const {
-  MutexLock lock(&mu_);
-  auto it = entries_.find(key);
-  return it == entries_.end() ? nullptr : it->second.resource;
+  MutexLock lock(&registry_->mu);
+  auto it = registry_->entries.find(key);
+  return it == registry_->entries.end() ? nullptr : it->second.resource;
 }
 
 size_t GraphResourcePool::RemoveByKeys(std::span<const GraphKey> keys) {
@@ -122,16 +142,16 @@ size_t GraphResourcePool::RemoveByKeys(std::span<const GraphKey> keys) {
   std::vector<std::shared_ptr<GraphResource>> dropped;
   dropped.reserve(keys.size());
   {
-    MutexLock lock(&mu_);
+    MutexLock lock(&registry_->mu);
     for (GraphKey key : keys) {
-      auto it = entries_.find(key);
-      if (it == entries_.end()) continue;
-      bytes_ -= it->second.bytes;
+      auto it = registry_->entries.find(key);
+      if (it == registry_->entries.end()) continue;
+      registry_->bytes -= it->second.bytes;
       dropped.push_back(std::move(it->second.resource));
-      entries_.erase(it);
+      registry_->entries.erase(it);
     }
   }
-  removed_.fetch_add(dropped.size(), std::memory_order_relaxed);
+  registry_->removed.fetch_add(dropped.size(), std::memory_order_relaxed);
   const size_t count = dropped.size();
   dropped.clear();  // unheld resources are released here, outside the lock
   return count;
@@ -148,14 +168,22 @@ size_t GraphResourcePool::RetryFailedReleases() {
   return release_->failed.size();
 }
 
+uint64_t GraphResourcePool::registered() const {
+  return registry_->registered.load(std::memory_order_relaxed);
+}
+
+uint64_t GraphResourcePool::removed() const {
+  return registry_->removed.load(std::memory_order_relaxed);
+}
+
 size_t GraphResourcePool::size() const {
-  MutexLock lock(&mu_);
-  return entries_.size();
+  MutexLock lock(&registry_->mu);
+  return registry_->entries.size();
 }
 
 int64_t GraphResourcePool::bytes() const {
-  MutexLock lock(&mu_);
-  return bytes_;
+  MutexLock lock(&registry_->mu);
+  return registry_->bytes;
 }
 
 uint64_t GraphResourcePool::released() const {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "gearbox/gear_set.h"
-#include "gearbox/mutex.h"
+#include "src/common/mutex.h"
 #include "gearbox/snapshot.h"
 #include "src/runtime/epoch.h"
 

@@ -4,11 +4,21 @@
 #include <string>
 
 #include "gearbox/runtime.h"
+#include "src/common/mutex.h"
 #include "src/common/errors.h"
 
 namespace gearbox {
 
-GearUpdateWorker::GearUpdateWorker(AdaptiveGearRuntime* runtime) : runtime_(runtime) {}
+struct GearUpdateWorker::Counters {
+  mutable Mutex mu;
+  CondVar checked;  // signalled after each check
+  uint64_t checks ABSL_GUARDED_BY(mu) = 0;
+  uint64_t updates ABSL_GUARDED_BY(mu) = 0;
+  uint64_t failures ABSL_GUARDED_BY(mu) = 0;
+};
+
+GearUpdateWorker::GearUpdateWorker(AdaptiveGearRuntime* runtime)
+    : runtime_(runtime), counters_(std::make_unique<Counters>()) {}
 
 GearUpdateWorker::~GearUpdateWorker() { Stop(); }
 
@@ -73,31 +83,31 @@ void GearUpdateWorker::CheckOnce(double now) {
   }
   // Releases that failed earlier get another attempt on every check.
   runtime_->pool().RetryFailedReleases();
-  MutexLock lock(&mu_);
-  ++checks_;
-  if (updated) ++updates_;
-  if (failed) ++failures_;
-  checked_.SignalAll();
+  MutexLock lock(&counters_->mu);
+  ++counters_->checks;
+  if (updated) ++counters_->updates;
+  if (failed) ++counters_->failures;
+  counters_->checked.SignalAll();
 }
 
 uint64_t GearUpdateWorker::checks() const {
-  MutexLock lock(&mu_);
-  return checks_;
+  MutexLock lock(&counters_->mu);
+  return counters_->checks;
 }
 
 uint64_t GearUpdateWorker::updates() const {
-  MutexLock lock(&mu_);
-  return updates_;
+  MutexLock lock(&counters_->mu);
+  return counters_->updates;
 }
 
 uint64_t GearUpdateWorker::failures() const {
-  MutexLock lock(&mu_);
-  return failures_;
+  MutexLock lock(&counters_->mu);
+  return counters_->failures;
 }
 
 void GearUpdateWorker::WaitForChecks(uint64_t n) {
-  MutexLock lock(&mu_);
-  while (checks_ < n) checked_.Wait(&mu_);
+  MutexLock lock(&counters_->mu);
+  while (counters_->checks < n) counters_->checked.Wait(&counters_->mu);
 }
 
 }  // namespace gearbox

@@ -2,6 +2,7 @@
 
 #include "gearbox/backends/cuda_graph.h"
 #include "src/common/errors.h"
+#include "src/common/mutex.h"
 
 namespace gearbox {
 namespace {

@@ -4,6 +4,7 @@
 #include "gearbox/backends/onednn.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "src/common/errors.h"
+#include "src/common/mutex.h"
 
 namespace gearbox {
 namespace {

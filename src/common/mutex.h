@@ -5,8 +5,8 @@
 // field, and that ThreadSanitizer understands (std::mutex goes through the
 // intercepted pthread calls; the Debian build of absl::Mutex is not
 // instrumented, so TSan would report false races through it).
-#ifndef GEARBOX_MUTEX_H_
-#define GEARBOX_MUTEX_H_
+#ifndef GEARBOX_SRC_COMMON_MUTEX_H_
+#define GEARBOX_SRC_COMMON_MUTEX_H_
 
 #include <atomic>
 #include <chrono>
@@ -104,4 +104,4 @@ class CondVar {
 
 }  // namespace gearbox
 
-#endif  // GEARBOX_MUTEX_H_
+#endif  // GEARBOX_SRC_COMMON_MUTEX_H_
