@@ -1,7 +1,12 @@
-// Fuzzes the whole `gearbox` command line (tools/cli.h): the input is a list
-// of arguments, one per line. Every command line must return an exit code
-// (never crash, hang or abort); replays run on the small config and trace
-// written at start-up, with tiny budgets.
+// Fuzzes the whole `gearbox` command line (tools/cli.h). Two input forms:
+//   * a list of arguments, one per line, run on the small config and trace
+//     written at start-up (c.json, t.csv, a.csv);
+//   * "@pair\n<config JSON>\n@@\n<trace CSV>": the pair is written to
+//     p.json / p.csv and replayed with every policy (and validated).
+// Every command line must return a documented exit code (never crash, hang
+// or abort); libFuzzer's -timeout and -rss_limit_mb bound each input, and
+// the replay bounds (kMaxReplayUpdates, kMaxTimelineBuckets) keep every
+// accepted pair small.
 //
 // Safety: the harness works in a private temporary directory and drops any
 // argument that could reach outside it (a '/', a leading '-' followed by a
@@ -17,6 +22,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tools/cli.h"
@@ -51,11 +57,38 @@ bool Allowed(std::string_view arg) {
   return arg.size() <= 256;
 }
 
+int Run(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return gearbox::tools::RunCli(static_cast<int>(args.size()), argv.data());
+}
+
+void CheckExitCode(int code) {
+  if (code < 0 || code > 3) __builtin_trap();  // the documented exit codes only
+}
+
+// "@pair\n<config>\n@@\n<trace>": validate and replay the pair.
+void RunPair(std::string_view text) {
+  const size_t split = text.find("\n@@\n");
+  if (split == std::string_view::npos) return;
+  std::ofstream("p.json", std::ios::trunc) << text.substr(0, split);
+  std::ofstream("p.csv", std::ios::trunc) << text.substr(split + 4);
+  CheckExitCode(Run({"gearbox", "validate", "--config", "p.json", "--trace", "p.csv"}));
+  CheckExitCode(Run({"gearbox", "replay", "--config", "p.json", "--trace", "p.csv", "--policy",
+                     "static,adaptive,replan", "--bucket-seconds", "3600", "--max-updates", "2000", "--summary",
+                     "p.out.json"}));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SetUpDirectory();
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+  if (text.substr(0, 6) == "@pair\n") {
+    RunPair(text.substr(6));
+    return 0;
+  }
   std::vector<std::string> args = {"gearbox"};
   size_t start = 0;
   while (start <= text.size() && args.size() < 32) {
@@ -65,10 +98,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     args.emplace_back(arg);
     start = end + 1;
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int code = gearbox::tools::RunCli(static_cast<int>(args.size()), argv.data());
-  if (code < 0 || code > 3) __builtin_trap();  // the documented exit codes only
+  CheckExitCode(Run(std::move(args)));
   return 0;
 }

@@ -255,6 +255,12 @@ TEST_F(Cli, UpdateChecksAreBoundedByTheDocumentedMaximum) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("at most 1000000 per replay"));
   EXPECT_THAT(r.output, HasSubstr("adaptive.check_interval_seconds = 60"));
+  // The bound is --max-updates (default 1000000): 1999 s at one check a minute is 34 checks.
+  const ToolRun low = Tool(Replay(P("config.json"), P("trace.csv")) + " --policy adaptive --max-updates 10");
+  EXPECT_EQ(low.code, 2) << low.output;
+  EXPECT_THAT(low.output, HasSubstr("at most 10 per replay (raise the interval or --max-updates"));
+  const ToolRun raised = Tool(Replay(P("config.json"), P("trace.csv")) + " --policy adaptive --max-updates 40");
+  EXPECT_EQ(raised.code, 0) << raised.output;
   // The static policy runs no checks: the same trace replays.
   const ToolRun ok = Tool(Replay(P("config.json"), P("ms.csv")) + " --policy static --bucket-seconds 1e6");
   EXPECT_EQ(ok.code, 0) << ok.output;

@@ -38,6 +38,7 @@ struct ReplayFlags {
   double memory_budget_mb = 0.0;
   // Exit 3 when a policy rejects more than this share of the requests.
   double max_reject_ratio = 0.01;
+  size_t max_updates = kMaxReplayUpdates;
 };
 
 int Fail(const absl::Status& s) {
@@ -108,6 +109,7 @@ absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
       run.policy = policy;
       run.scheme = scheme;
       run.update_at = update_at;
+      run.max_updates = f.max_updates;
       runs.push_back(std::move(run));
     }
   }
@@ -456,6 +458,9 @@ Command AddReplayCommand(CLI::App& app) {
   cmd->add_option("--memory-budget-mb", f->memory_budget_mb,
                   "executed replay: memory probe = gear memory / this budget")
       ->check(NumberIn(0, 1e12, "megabytes in [0, 1e12] (0: no budget)"));
+  cmd->add_option("--max-updates", f->max_updates,
+                  "at most this many update checks or --update-at times per replay (default 1000000)")
+      ->check(NumberIn(1, 1e12, "an integer in [1, 1e12]"));
   cmd->add_option("--max-reject-ratio", f->max_reject_ratio,
                   "exit 3 when a policy rejects more than this share of the requests (default 0.01)");
   return [f] { return RunReplay(*f); };

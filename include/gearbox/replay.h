@@ -37,11 +37,13 @@ enum class ReplayPolicy { kStatic, kAdaptive, kReplan };
 std::string_view ReplayPolicyName(ReplayPolicy policy);
 absl::StatusOr<ReplayPolicy> ParseReplayPolicy(std::string_view name);
 
-// The most update checks or requested updates one replay runs (both
-// replays): the worker's checks over the trace's span, at the shortest check
-// interval, or the --update-at times. More is an error before any work,
-// naming the span and interval: raise adaptive.check_interval_seconds (or
-// replan.warmup_check_seconds), or check the trace's t column is in seconds.
+// The default most update checks or requested updates one replay runs (both
+// replays; ReplayRunOptions::max_updates, `--max-updates`): the worker's
+// checks over the trace's span, at the shortest check interval, or the
+// --update-at times. More is an error before any work, naming the span and
+// interval: raise adaptive.check_interval_seconds (or
+// replan.warmup_check_seconds) or --max-updates, or check the trace's t
+// column is in seconds.
 inline constexpr size_t kMaxReplayUpdates = 1'000'000;
 // The most padding-waste timeline buckets (trace span / bucket width).
 inline constexpr size_t kMaxTimelineBuckets = 1'000'000;
@@ -57,6 +59,8 @@ struct ReplayRunOptions {
   // clock as the trace's t column), even after the last row, instead of the
   // worker's schedule.
   std::vector<double> update_at;
+  // At most this many update checks or requested updates (see above).
+  size_t max_updates = kMaxReplayUpdates;
   // Called with each update's record (the decisions file).
   std::function<void(const UpdateRecord&)> on_update;
   // Called about every 1% of the rows with (rows done, rows in all).
