@@ -8,6 +8,7 @@
 // the replay bounds (kMaxReplayUpdates, kMaxTimelineBuckets) keep every
 // accepted pair small.
 //
+// Run it with -artifact_prefix=<dir>/: it changes into its own directory.
 // Safety: the harness works in a private temporary directory and drops any
 // argument that could reach outside it (a '/', a leading '-' followed by a
 // path is still relative) or start heavy or external work (--execute, --plot,
@@ -36,6 +37,12 @@ void SetUpDirectory() {
   done = true;
   std::string pattern = (std::filesystem::temp_directory_path() / "gearbox-cli-fuzz-XXXXXX").string();
   if (mkdtemp(pattern.data()) == nullptr || chdir(pattern.c_str()) != 0) std::abort();
+  // Removed at exit (libFuzzer's artifacts go to -artifact_prefix, not here).
+  static const std::string directory = pattern;
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(directory, ec);
+  });
   std::ofstream("c.json") << R"({"dims": [{"name": "SEQLEN", "gears": [4, 8, 16]}],
     "adaptive": {"check_interval_seconds": 5}, "replan": {"warmup_check_seconds": 5}})";
   std::ofstream trace("t.csv");
