@@ -234,6 +234,16 @@ TEST_F(Cli, ExecuteWithAHugeSizeIsAnErrorNamingTheLimit) {
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("padding waste")));  // before the simulated runs
 }
 
+TEST_F(Cli, EndlessInputsAreRefused) {
+  for (const std::string& args : {Replay(P("config.json"), "/dev/zero"), Replay("/dev/zero", P("trace.csv")),
+                                  "trace convert --format azure --input /dev/zero --output " + P("o.csv"),
+                                  Replay(P("config.json"), dir_.string())}) {
+    const ToolRun r = Tool(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr("not a regular file")) << args;
+  }
+}
+
 // Defect 3: hangs.
 TEST_F(Cli, TinyCheckIntervalsAreConfigErrors) {
   Write("tiny.json", R"({"dims": [{"name": "SEQLEN", "gears": [4, 8, 16]}],

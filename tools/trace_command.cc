@@ -1,5 +1,6 @@
 // `gearbox trace convert`: public request traces into the trace CSV.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -32,6 +33,10 @@ int RunConvert(const ConvertFlags& f) {
   }
   if (f.view != "prefill" && f.view != "decode") {
     return Fail(absl::InvalidArgumentError("--view: \"" + f.view + "\" is not allowed; prefill or decode"));
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(f.input, ec) && !std::filesystem::is_regular_file(f.input, ec)) {
+    return Fail(absl::InvalidArgumentError(f.input + ": not a regular file (a directory, device or pipe); name a file"));
   }
   std::ifstream in(f.input);
   if (!in) return Fail(absl::NotFoundError(f.input + ": cannot open"));

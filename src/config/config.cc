@@ -1,6 +1,7 @@
 #include "gearbox/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -477,6 +478,11 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
 }
 
 absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& path) {
+  // A device or pipe (/dev/zero) could be endless: only regular files.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(Cat(path, ": not a regular file (a directory, device or pipe); name a config file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(Cat(path, ": cannot open the config file"));
   std::stringstream buffer;

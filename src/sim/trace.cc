@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -246,6 +247,11 @@ absl::StatusOr<Trace> ReadTraceCsvAnyDimensions(std::istream& in, const std::str
 
 absl::StatusOr<Trace> LoadTraceFile(const std::string& path,
                                     const std::vector<std::string>& dimensions) {
+  // A device or pipe (/dev/zero) could be endless: only regular files.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(Cat(path, ": not a regular file (a directory, device or pipe); name a trace file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(Cat(path, ": cannot open the trace file"));
   return dimensions.empty() ? Read(in, nullptr, path) : Read(in, &dimensions, path);
