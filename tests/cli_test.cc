@@ -427,7 +427,12 @@ TEST_F(Cli, MostlyRejectedReplayExitsThree) {
   ToolRun r = Tool(Replay(P("strict.json"), P("rejected.csv")) + " --policy static --summary " + P("s.json"));
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_THAT(r.output, HasSubstr("static rejected 98.00% of the requests, more than --max-reject-ratio 0.01"));
-  EXPECT_TRUE(fs::exists(P("s.json")));  // the figures are still written
+  ASSERT_TRUE(fs::exists(P("s.json")));  // the figures are still written, and say so
+  std::ifstream summary(P("s.json"));
+  const auto j = nlohmann::json::parse(summary);
+  EXPECT_DOUBLE_EQ(j["rejected_ratio"].get<double>(), 0.98);
+  EXPECT_DOUBLE_EQ(j["max_reject_ratio"].get<double>(), 0.01);
+  EXPECT_TRUE(j["rejected_ratio_exceeded"].get<bool>());
   r = Tool(Replay(P("strict.json"), P("rejected.csv")) + " --policy static --max-reject-ratio 1");
   EXPECT_EQ(r.code, 0) << r.output;
 }

@@ -400,6 +400,7 @@ int RunReplay(const ReplayFlags& f) {
 
   ReplaySummary summary;
   summary.trace = f.trace;
+  summary.max_reject_ratio = f.max_reject_ratio;
   auto results = RunSimulated(f, *config, *trace, *runs, outputs.decisions.get());
   if (!results.ok()) return Fail(results.status());
   summary.results = *std::move(results);
