@@ -42,11 +42,11 @@ ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1
 stage "libFuzzer: ${fuzz_seconds} s per harness"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for harness in config trace plan pool runtime; do
+for harness in config trace plan pool runtime cli; do
   mkdir -p "$work/$harness"
   cp fuzz/corpus/$harness/* "$work/$harness/"
   (cd "$work" && ASAN_OPTIONS="detect_leaks=1" "$OLDPWD/build-asan/fuzz/${harness}_fuzz" \
-     "$work/$harness" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 \
+     "$work/$harness" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$work/" -print_final_stats=1 \
      2>&1 | grep -E "stat::number_of_executed_units|ERROR|SUMMARY" || true)
   if ls "$work"/crash-* "$work"/oom-* "$work"/timeout-* "$work"/leak-* >/dev/null 2>&1; then
     echo "fuzzer $harness found a failing input:"; ls "$work"/crash-* "$work"/oom-* "$work"/timeout-* "$work"/leak-* 2>/dev/null

@@ -21,14 +21,31 @@ struct ToolRun {
   std::string output;  // stdout and stderr
 };
 
-ToolRun Tool(const std::string& args) {
-  const std::string command = std::string(GEARBOX_TOOL) + " " + args + " 2>&1";
+// Runs a shell command line.
+ToolRun Shell(const std::string& line) {
+  const std::string command = "( " + line + " ) 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string out;
   char buf[512];
   while (fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+ToolRun Tool(const std::string& args) { return Shell(std::string(GEARBOX_TOOL) + " " + args); }
+
+// `text` as one single-quoted shell word.
+std::string Quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 class Cli : public ::testing::Test {
@@ -179,6 +196,262 @@ TEST_F(Cli, TraceConvertAzureAndFailureLeavesNothing) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.output, HasSubstr("line 2, column ContextTokens"));
   EXPECT_FALSE(fs::exists(P("out2.csv")));
+}
+
+// Issue 11: every entry point refuses bad input with exit 2 and a message
+// naming the flag or field, before any work; none crashes, hangs, overwrites
+// an input or runs anything.
+
+std::string Replay(const std::string& config, const std::string& trace) {
+  return "replay --config " + Quote(config) + " --trace " + Quote(trace);
+}
+
+// Defect 2: aborts.
+TEST_F(Cli, TraceSpanningATrillionSecondsIsAnErrorNotAnAbort) {
+  Write("far.csv", "t,SEQLEN\n0,4\n1000000000000,8\n");
+  const ToolRun r = Tool(Replay(P("config.json"), P("far.csv")));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("far.csv line 3, column t: \"1000000000000\""));
+  EXPECT_THAT(r.output, HasSubstr("convert ms, us or ns timestamps to seconds"));
+}
+
+TEST_F(Cli, TinyBucketSecondsIsAnErrorBeforeAnyWork) {
+  const ToolRun r = Tool(Replay(P("config.json"), P("trace.csv")) + " --bucket-seconds 1e-9 --summary " +
+                         P("s.json"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--bucket-seconds: 1e-09 is not allowed; at most 1000000 buckets"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("padding waste")));
+  EXPECT_FALSE(fs::exists(P("s.json")));
+}
+
+TEST_F(Cli, ExecuteWithAHugeSizeIsAnErrorNamingTheLimit) {
+  Write("huge.csv", "t,SEQLEN\n0,4\n1,1000000000\n");
+  const ToolRun r = Tool(Replay(P("config.json"), P("huge.csv")) +
+                         " --policy static --execute onednn --backend-param hidden=8 --backend-param heads=2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("SEQLEN 1000000000"));
+  EXPECT_THAT(r.output, HasSubstr("at most 268435456 per tensor"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("padding waste")));  // before the simulated runs
+}
+
+TEST_F(Cli, EndlessInputsAreRefused) {
+  for (const std::string& args : {Replay(P("config.json"), "/dev/zero"), Replay("/dev/zero", P("trace.csv")),
+                                  "trace convert --format azure --input /dev/zero --output " + P("o.csv"),
+                                  Replay(P("config.json"), dir_.string())}) {
+    const ToolRun r = Tool(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr("not a regular file")) << args;
+  }
+}
+
+// Defect 3: hangs.
+TEST_F(Cli, TinyCheckIntervalsAreConfigErrors) {
+  Write("tiny.json", R"({"dims": [{"name": "SEQLEN", "gears": [4, 8, 16]}],
+                         "adaptive": {"check_interval_seconds": 1e-9}})");
+  ToolRun r = Tool(Replay(P("tiny.json"), P("trace.csv")));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("adaptive.check_interval_seconds: 1e-09 is not allowed; seconds >= 0.001"));
+  Write("warm.json", R"({"dims": [{"name": "SEQLEN", "gears": [4, 8, 16]}],
+                         "replan": {"warmup_check_seconds": 1e-12}})");
+  r = Tool(Replay(P("warm.json"), P("trace.csv")));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("replan.warmup_check_seconds"));
+}
+
+TEST_F(Cli, UpdateChecksAreBoundedByTheDocumentedMaximum) {
+  // Milliseconds read as seconds: 2e10 s at one check a minute is 3.3e8 checks.
+  Write("ms.csv", "t,SEQLEN\n0,4\n20000000000,8\n");
+  const ToolRun r = Tool(Replay(P("config.json"), P("ms.csv")) + " --policy adaptive --bucket-seconds 1e6");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("at most 1000000 per replay"));
+  EXPECT_THAT(r.output, HasSubstr("adaptive.check_interval_seconds = 60"));
+  // The bound is --max-updates (default 1000000): 1999 s at one check a minute is 34 checks.
+  const ToolRun low = Tool(Replay(P("config.json"), P("trace.csv")) + " --policy adaptive --max-updates 10");
+  EXPECT_EQ(low.code, 2) << low.output;
+  EXPECT_THAT(low.output, HasSubstr("at most 10 per replay (raise the interval or --max-updates"));
+  const ToolRun raised = Tool(Replay(P("config.json"), P("trace.csv")) + " --policy adaptive --max-updates 40");
+  EXPECT_EQ(raised.code, 0) << raised.output;
+  // The static policy runs no checks: the same trace replays.
+  const ToolRun ok = Tool(Replay(P("config.json"), P("ms.csv")) + " --policy static --bucket-seconds 1e6");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+}
+
+TEST_F(Cli, TinyDecodeStepIsAnError) {
+  Write("lengths.csv", "num_prefill_tokens,num_decode_tokens\n10,3\n20,2\n30,1\n");
+  const ToolRun r = Tool("trace convert --format lengths --view decode --step-ms 1e-300 --input " + P("lengths.csv") +
+                         " --output " + P("out.csv"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--step-ms"));
+  EXPECT_FALSE(fs::exists(P("out.csv")));
+}
+
+// Defect 4: inputs overwritten.
+TEST_F(Cli, OutputsThatAreInputsAreRefused) {
+  const std::string config = ReadAll(P("config.json")), trace = ReadAll(P("trace.csv"));
+  Write("azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,374,44\n");
+  const std::string azure = ReadAll(P("azure.csv"));
+  fs::create_hard_link(P("trace.csv"), P("hard.csv"));
+  fs::create_symlink(P("config.json"), P("link.json"));
+  fs::create_directories(dir_ / "sub");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"trace convert --format azure --input " + P("azure.csv") + " --output " + P("azure.csv"), "is the --input file"},
+      {"trace convert --format azure --input " + P("azure.csv") + " --output " + P("sub/../azure.csv"),
+       "is the --input file"},
+      {Replay(P("config.json"), P("trace.csv")) + " --summary " + P("config.json"), "is the --config file"},
+      {Replay(P("config.json"), P("trace.csv")) + " --decisions " + P("hard.csv"), "is the --trace file"},
+      {Replay(P("config.json"), P("trace.csv")) + " --plot " + P("link.json"), "is the --config file"},
+      {Replay(P("config.json"), P("trace.csv")) + " --summary " + P("s.json") + " --plot " + P("sub/../s.json"),
+       "is also the --summary output"},
+      {"-C " + Quote(dir_.string()) + " " + Replay(P("config.json"), P("trace.csv")) + " --summary s.json --decisions ./s.json",
+       "--summary: s.json is also the --decisions output (./s.json)"},
+  };
+  for (const auto& [args, message] : cases) {
+    const bool in_dir = args.rfind("-C ", 0) == 0;
+    const ToolRun r = in_dir ? Shell("cd " + args.substr(3, args.find(' ', 3) - 3) + " && " + GEARBOX_TOOL +
+                                     args.substr(args.find(' ', 3)))
+                             : Tool(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << args;
+  }
+  EXPECT_EQ(ReadAll(P("config.json")), config);
+  EXPECT_EQ(ReadAll(P("trace.csv")), trace);
+  EXPECT_EQ(ReadAll(P("azure.csv")), azure);
+  EXPECT_FALSE(fs::exists(P("s.json")));
+}
+
+// Defect 5: command injection through --plot.
+TEST_F(Cli, HostilePlotNamesAreWrittenAsNamedAndRunNothing) {
+  for (const std::string name : {"it's.png", "x'.system('touch PWNED').'.png", "a\"b`touch PWNED2`$(touch PWNED3).png"}) {
+    const ToolRun r = Shell("cd " + Quote(dir_.string()) + " && " + std::string(GEARBOX_TOOL) + " " +
+                            Replay("config.json", "trace.csv") + " --policy static --plot " + Quote(name));
+    EXPECT_EQ(r.code, 0) << name << "\n" << r.output;
+  }
+  for (const std::string name : {"it's.png", "x'.system('touch PWNED').'.png", "a\"b`touch PWNED2`$(touch PWNED3).png"}) {
+    EXPECT_TRUE(fs::exists(dir_ / name)) << name;
+  }
+  for (const char* pwned : {"PWNED", "PWNED2", "PWNED3"}) EXPECT_FALSE(fs::exists(dir_ / pwned)) << pwned;
+}
+
+// Defect 6: all or nothing, checked before any work.
+TEST_F(Cli, BadOutputLocationsFailBeforeAnyWork) {
+  const ToolRun r = Tool(Replay(P("config.json"), P("trace.csv")) + " --decisions " + P("d.jsonl") +
+                         " --summary " + P("s.json") + " --plot " + P("missing/p.png"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--plot: " + P("missing/p.png") + ": the directory"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("padding waste")));
+  EXPECT_FALSE(fs::exists(P("d.jsonl")));
+  EXPECT_FALSE(fs::exists(P("s.json")));
+  const ToolRun no_gnuplot = Shell("/usr/bin/env PATH=/nonexistent " + std::string(GEARBOX_TOOL) + " " +
+                                  Replay(P("config.json"), P("trace.csv")) + " --summary " + P("s.json") +
+                                  " --plot " + P("p.png"));
+  EXPECT_EQ(no_gnuplot.code, 2) << no_gnuplot.output;
+  EXPECT_THAT(no_gnuplot.output, HasSubstr("gnuplot is not on PATH"));
+  EXPECT_FALSE(fs::exists(P("s.json")));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 2);  // no temporaries
+}
+
+TEST_F(Cli, AnInvalidPolicySchemePairFailsBeforeTheFirstRun) {
+  Write("two.json", R"({"dims": [{"name": "BATCHSIZE", "gears": [1, 2, 4, 8]},
+                                 {"name": "SEQLEN", "gears": [64, 256, 1024]}]})");
+  Write("two.csv", "t,BATCHSIZE,SEQLEN\n0,1,40\n1,3,300\n");
+  const ToolRun r = Tool(Replay(P("two.json"), P("two.csv")) + " --policy static,adaptive --scheme joint");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("adaptive/joint"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("padding waste")));
+}
+
+// Defect 7.
+TEST_F(Cli, PlanUniformNearTwoToThe63HasNoNegativeGear) {
+  Write("big.csv", "t,SEQLEN\n0,9223372036854775000\n1,9223372036854775807\n2,1\n");
+  const ToolRun r = Tool("plan --trace " + P("big.csv") + " --dim SEQLEN --gears 4 --method uniform --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  for (const auto& g : j["gears"]) EXPECT_GT(g.get<int64_t>(), 0);
+  EXPECT_EQ(j["gears"].back().get<int64_t>(), INT64_MAX);
+}
+
+TEST_F(Cli, PlanWarnsAboveTheRuntimesGearLimitAndRejectsBadWeights) {
+  std::string trace = "t,SEQLEN\n";
+  for (int i = 0; i < 200; ++i) trace += std::to_string(i) + "," + std::to_string(1 + i) + "\n";
+  Write("many.csv", trace);
+  ToolRun r = Tool("plan --trace " + P("many.csv") + " --dim SEQLEN --gears 100");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("warning: dp plans 100 gears; the runtime holds at most 64 per dimension"));
+  r = Tool("plan --trace " + P("trace.csv") + " --dim SEQLEN --budget 4 --weights 1x,1,1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--weights: \"1x,1,1\""));
+}
+
+// Defect 9.
+TEST_F(Cli, ParseErrorsExitTwoAndMistypedCommandsGetASuggestion) {
+  ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") + " --bogus");
+  EXPECT_EQ(r.code, 2) << r.output;
+  r = Tool("replay --config " + P("config.json"));  // --trace missing
+  EXPECT_EQ(r.code, 2) << r.output;
+  r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") + " --bucket-seconds abc");
+  EXPECT_EQ(r.code, 2) << r.output;
+  r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") + " --bucket-seconds -1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--bucket-seconds: \"-1\" is not allowed; seconds > 0"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("1797693134862315")));  // no 309-digit limits
+  r = Tool("replya --config x");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("unknown command \"replya\"; did you mean \"replay\"?"));
+  r = Tool("--help");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+// Defect 10: silent acceptance.
+TEST_F(Cli, ContradictoryFlagsAreRefused) {
+  const std::string base = Replay(P("config.json"), P("trace.csv"));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --policy replan,replan", "--policy: \"replan\" is named twice"},
+      {" --policy static --update-at 10", "--update-at: the static policy runs no updates"},
+      {" --size-scale 4", "--size-scale: applies to --execute only"},
+      {" --execute onednn --memory-budget-mb nan", "--memory-budget-mb: \"nan\" is not allowed"},
+      {" --max-reject-ratio 2", "--max-reject-ratio: 2 is not allowed"},
+  };
+  for (const auto& [args, message] : cases) {
+    const ToolRun r = Tool(base + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << args;
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("padding waste"))) << args;
+  }
+}
+
+TEST_F(Cli, MostlyRejectedReplayExitsThree) {
+  std::string trace = "t,SEQLEN\n";
+  for (int i = 0; i < 100; ++i) trace += std::to_string(i) + "," + (i < 2 ? "4" : "100") + "\n";
+  Write("rejected.csv", trace);
+  Write("strict.json", R"({"dims": [{"name": "SEQLEN", "gears": [4, 8, 16], "eager_fallback": false}]})");
+  ToolRun r = Tool(Replay(P("strict.json"), P("rejected.csv")) + " --policy static --summary " + P("s.json"));
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("static rejected 98.00% of the requests, more than --max-reject-ratio 0.01"));
+  ASSERT_TRUE(fs::exists(P("s.json")));  // the figures are still written, and say so
+  std::ifstream summary(P("s.json"));
+  const auto j = nlohmann::json::parse(summary);
+  EXPECT_DOUBLE_EQ(j["rejected_ratio"].get<double>(), 0.98);
+  EXPECT_DOUBLE_EQ(j["max_reject_ratio"].get<double>(), 0.01);
+  EXPECT_TRUE(j["rejected_ratio_exceeded"].get<bool>());
+  r = Tool(Replay(P("strict.json"), P("rejected.csv")) + " --policy static --max-reject-ratio 1");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST_F(Cli, ValidateChecksEverythingAndRunsNothing) {
+  ToolRun r = Tool("validate --config " + P("config.json") + " --trace " + P("trace.csv"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(": ok"));
+  Write("ms.csv", "t,SEQLEN\n0,4\n20000000000,8\n");
+  r = Tool("validate --config " + P("config.json") + " --trace " + P("ms.csv"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  // One line per problem: the adaptive and replan schedules; static runs no checks.
+  EXPECT_THAT(r.output, HasSubstr("gearbox validate: adaptive: the trace spans"));
+  EXPECT_THAT(r.output, HasSubstr("gearbox validate: replan: the trace spans"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("static:")));
+  Write("bad.json", R"({"dims": [{"name": "SEQLEN", "gears": "16,32"}]})");
+  r = Tool("validate --config " + P("bad.json") + " --trace " + P("trace.csv"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("dims[0].gears: \"16,32\""));
 }
 
 }  // namespace

@@ -162,5 +162,50 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"device_bytes": -5}})",
                   "memory_model.device_bytes: -5"}));
 
+// Issue 11 (defects 1, 3, 9, 10): configs that used to pass, or to fail
+// with a misleading message.
+struct BadConfigCase {
+  const char* name;
+  const char* json;
+  const char* error;
+};
+
+class BadConfigs : public ::testing::TestWithParam<BadConfigCase> {};
+
+TEST_P(BadConfigs, AreRefusedNamingTheField) {
+  auto c = ParseConfig(GetParam().json);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(GetParam().error));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Issue11, BadConfigs,
+    ::testing::Values(
+        BadConfigCase{"base_above_device",
+                      R"({"dims": [{"name": "S", "gears": [4]}],
+                          "memory_model": {"device_bytes": 1000, "base_bytes": 2000}})",
+                      "memory_model.base_bytes: 2000 is not allowed; at most device_bytes (1000)"},
+        BadConfigCase{"tiny_check_interval",
+                      R"({"dims": [{"name": "S", "gears": [4]}], "adaptive": {"check_interval_seconds": 1e-7}})",
+                      "adaptive.check_interval_seconds: 1e-07 is not allowed; seconds >= 0.001"},
+        BadConfigCase{"tiny_warmup_check",
+                      R"({"dims": [{"name": "S", "gears": [4]}], "replan": {"warmup_check_seconds": 1e-300}})",
+                      "replan.warmup_check_seconds: 1e-300 is not allowed; seconds >= 0.001"},
+        BadConfigCase{"gears_as_a_string", R"({"dims": [{"name": "S", "gears": "16,32"}]})",
+                      "dims[0].gears: \"16,32\" is not allowed; a JSON list of integers"},
+        BadConfigCase{"duplicated_key", R"({"dims": [{"name": "S", "gears": [4], "gears": [8]}]})",
+                      "config key \"gears\": given twice is not allowed"},
+        BadConfigCase{"duplicated_top_key",
+                      R"({"dims": [{"name": "S", "gears": [4]}], "adaptive": {}, "adaptive": {}})",
+                      "config key \"adaptive\": given twice"},
+        BadConfigCase{"vllm_min_above_max", R"({"dims": [{"name": "S", "policy": "VLLM", "min": 64, "max": 8}]})",
+                      "dims[0].max: 8 is not allowed; max >= min (64)"}),
+    [](const ::testing::TestParamInfo<BadConfigCase>& i) { return std::string(i.param.name); });
+
+TEST(Config, SameKeyInDifferentObjectsIsFine) {
+  auto c = ParseConfig(R"({"dims": [{"name": "A", "gears": [4]}, {"name": "B", "gears": [8]}]})");
+  ASSERT_TRUE(c.ok()) << c.status();
+}
+
 }  // namespace
 }  // namespace gearbox

@@ -158,10 +158,31 @@ INSTANTIATE_TEST_SUITE_P(
         ProbeCase{"throws", []() -> absl::StatusOr<double> { throw std::runtime_error("ioctl"); },
                   "probe threw: ioctl"},
         ProbeCase{"nan", [] { return absl::StatusOr<double>(std::nan("")); }, "expected a fraction"},
-        ProbeCase{"above_one", [] { return absl::StatusOr<double>(1.5); }, "probe returned 1.5"},
         ProbeCase{"negative", [] { return absl::StatusOr<double>(-0.2); }, "probe returned -0.2"},
         ProbeCase{"infinite", [] { return absl::StatusOr<double>(INFINITY); }, "expected a fraction"}),
     [](const ::testing::TestParamInfo<ProbeCase>& i) { return std::string(i.param.name); });
+
+// Issue 11 defect 1: usage above 1 (over-committed memory) is high pressure,
+// not a probe error.
+TEST(ProbeAboveOne, IsHighPressure) {
+  ManualClock clock(0);
+  GraphResourcePool pool;
+  FunctionMemoryProbe probe([] { return absl::StatusOr<double>(1.04); });
+  RuntimeOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
+  o.clock = &clock;
+  o.pool = &pool;
+  o.memory_probe = &probe;
+  o.start_worker = false;
+  o.log = [](LogLevel, std::string_view) {};
+  auto rt = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
+  auto r = rt->RunOnce(60);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->memory.high);
+  ASSERT_TRUE(r->memory.usage.has_value());
+  EXPECT_DOUBLE_EQ(*r->memory.usage, 1.04);
+  EXPECT_EQ(r->memory.error, "");
+}
 
 struct RuntimeFixture {
   std::atomic<int> alive{0};  // outlives the pool, whose graphs touch it

@@ -157,5 +157,60 @@ TEST(Convert, DecodeViewSimulatesContinuousBatching) {
   EXPECT_THAT(DecodeView(reqs, {0.0, 2}).status().message(), HasSubstr("--step-ms"));
 }
 
+// Issue 11 defect 8: byte-order marks, RFC 4180 quoting, unprintable bytes.
+TEST(TraceCsv, SkipsAByteOrderMarkAndReadsQuotedFields) {
+  auto t = Read("\xEF\xBB\xBFt,\"SEQLEN\"\n\"0.5\",\"4\"\n 1.5 , \"8\" \n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT(t->sizes, ElementsAre(4, 8));
+  EXPECT_THAT(t->time, ElementsAre(0.5, 1.5));
+}
+
+TEST(TraceCsv, QuotedCommasAndQuotesAreOneField) {
+  std::string scratch;
+  std::vector<std::string_view> fields;
+  ASSERT_TRUE(SplitCsvLine(R"(a,"b,c","say ""hi""",,  d )", &scratch, &fields));
+  EXPECT_THAT(fields, ElementsAre("a", "b,c", "say \"hi\"", "", "d"));
+  EXPECT_FALSE(SplitCsvLine(R"(a,"b)", &scratch, &fields));
+  EXPECT_FALSE(SplitCsvLine(R"(a,"b"c)", &scratch, &fields));
+}
+
+TEST(TraceCsv, UnprintableBytesAreEscapedInErrors) {
+  auto t = Read(std::string("t,SEQLEN\n0,4\x00x\n", 15));
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("column SEQLEN: \"4\\x00x\" is not allowed"));
+  auto q = Read("t,SEQLEN\n0,\"4\n");
+  ASSERT_FALSE(q.ok());
+  EXPECT_THAT(std::string(q.status().message()), HasSubstr(R"(T.csv line 2: "0,"4" has an unterminated quote)"));
+}
+
+// Issue 11 defects 2, 3 and 9: timestamps and sizes out of range.
+TEST(TraceCsv, TimestampsAndSizesOutOfRangeSayWhatIsAllowed) {
+  auto t = Read("t,SEQLEN\n0,4\n1e12,4\n");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("line 3, column t: \"1e12\" is not allowed; a number of "
+                                                           "seconds in [-1e11, 1e11]"));
+  auto s = Read("t,SEQLEN\n0,99999999999999999999\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("an integer in [1, 2^63 - 1]"));
+}
+
+TEST(AzureTrace, SkipsAByteOrderMarkAndReadsQuotedFields) {
+  std::istringstream in(
+      "\xEF\xBB\xBFTIMESTAMP,ContextTokens,GeneratedTokens\n\"2023-11-16 18:15:46.5\",\"374\",44\n");
+  auto r = ReadAzureTrace(in, "A.csv");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].prompt_tokens, 374);
+}
+
+TEST(DecodeView, AStepTooSmallForTheSpanIsAnError) {
+  std::vector<RequestRecord> requests(2);
+  requests[0] = {0.0, 10, 2};
+  requests[1] = {100.0, 10, 2};
+  auto t = DecodeView(requests, {1e-300, 8});
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("--step-ms"));
+}
+
 }  // namespace
 }  // namespace gearbox

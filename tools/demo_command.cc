@@ -22,6 +22,12 @@ struct DemoFlags {
 int RunDemo(const DemoFlags& flags) {
   ManualClock clock(0.0);
   FixedMemoryProbe probe(0.5);
+  // At most 1e8 requests (about a minute): minutes x rate bounds the run.
+  if (flags.minutes * 60.0 * flags.rate > 1e8) {
+    std::fprintf(stderr, "gearbox demo: --minutes %g at --rate %g is %g requests; at most 1e8\n", flags.minutes,
+                 flags.rate, flags.minutes * 60.0 * flags.rate);
+    return 2;
+  }
   GraphResourcePool pool;
   RuntimeOptions options;
   options.clock = &clock;
@@ -86,8 +92,8 @@ int RunDemo(const DemoFlags& flags) {
 Command AddDemoCommand(CLI::App& app) {
   auto flags = std::make_shared<DemoFlags>();
   CLI::App* cmd = app.add_subcommand("demo", "synthetic traffic through the runtime on a virtual clock");
-  cmd->add_option("--minutes", flags->minutes, "virtual minutes to run")->check(CLI::PositiveNumber);
-  cmd->add_option("--rate", flags->rate, "requests per second")->check(CLI::PositiveNumber);
+  cmd->add_option("--minutes", flags->minutes, "virtual minutes to run")->check(NumberIn(0, 1e4, "minutes in (0, 10000]", true));
+  cmd->add_option("--rate", flags->rate, "requests per second")->check(NumberIn(0, 1e5, "requests per second in (0, 100000]", true));
   cmd->add_option("--seed", flags->seed, "random seed");
   cmd->add_flag("--json", flags->json, "print each update's record as a JSON line");
   return [flags] { return RunDemo(*flags); };

@@ -1,17 +1,28 @@
 #include "tools/output.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <sstream>
 
 #include "fmt/format.h"
 
 namespace gearbox::tools {
 
+// Unique per object too: two outputs never share a temporary file.
+static std::atomic<int> atomic_file_count{0};
+
 AtomicFile::AtomicFile(std::string path)
-    : path_(std::move(path)), temp_(fmt::format("{}.tmp.{}", path_, getpid())) {
+    : path_(std::move(path)), temp_(fmt::format("{}.tmp.{}.{}", path_, getpid(), atomic_file_count++)) {
   out_.open(temp_, std::ios::binary | std::ios::trunc);
 }
 
@@ -66,18 +77,143 @@ void ProgressBar::Finish() {
   if (enabled_ && last_percent_ >= 0) std::fprintf(stderr, "\n");
 }
 
-absl::Status WriteReplayPlot(const std::vector<ReplayResult>& results, const std::string& path) {
-  if (results.empty()) return absl::InvalidArgumentError("nothing to plot");
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / fmt::format("gearbox-plot-{}", getpid());
+namespace {
+
+namespace fs = std::filesystem;
+
+// The name an output will have: its directory resolved (symbolic links,
+// ".."), then its file name; an existing file resolved itself.
+std::string ResolvedName(const std::string& path) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  const fs::path absolute = fs::absolute(fs::path(path), ec).lexically_normal();
+  const fs::path canonical = fs::weakly_canonical(absolute, ec);
+  return ec ? absolute.string() : canonical.lexically_normal().string();
+}
+
+struct FileIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  bool exists = false;
+  bool directory = false;
+};
+
+FileIdentity IdentityOf(const std::string& path) {
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0) return {};
+  return {st.st_dev, st.st_ino, true, S_ISDIR(st.st_mode)};
+}
+
+bool SameFile(const std::string& a, const std::string& b) {
+  if (ResolvedName(a) == ResolvedName(b)) return true;
+  const FileIdentity x = IdentityOf(a), y = IdentityOf(b);
+  return x.exists && y.exists && x.device == y.device && x.inode == y.inode;
+}
+
+absl::Status CheckWritable(const NamedPath& out) {
+  const FileIdentity id = IdentityOf(out.path);
+  if (id.directory) {
+    return absl::InvalidArgumentError(fmt::format("{}: {} is a directory; name a file", out.flag, out.path));
+  }
+  fs::path dir = fs::path(out.path).parent_path();
+  if (dir.empty()) dir = ".";
+  const FileIdentity dir_id = IdentityOf(dir.string());
+  if (!dir_id.exists || !dir_id.directory) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: {}: the directory {} does not exist", out.flag, out.path, dir.string()));
+  }
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::PermissionDeniedError(
+        fmt::format("{}: {}: cannot write in the directory {}", out.flag, out.path, dir.string()));
+  }
+  return absl::OkStatus();
+}
+
+// Letters, digits and "_-./ " only: text safe inside a gnuplot string.
+std::string PlotSafe(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool safe = std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.' ||
+                      c == '/' || c == ' ';
+    out += safe ? c : '?';
+  }
+  return out;
+}
+
+// Runs `gnuplot script` in `dir` (no shell), its output into `log`.
+absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir, const std::string& script,
+                        const std::string& log) {
+  const std::string dir_text = dir.string();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("cannot start gnuplot (fork failed)");
+  if (pid == 0) {
+    if (chdir(dir_text.c_str()) != 0) _exit(126);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    execl(gnuplot.c_str(), gnuplot.c_str(), script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return absl::InternalError("gnuplot: waitpid failed");
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+  std::ifstream in(dir / log);
+  std::stringstream text;
+  text << in.rdbuf();
+  return absl::InternalError(fmt::format("gnuplot failed: {}", text.str()));
+}
+
+}  // namespace
+
+absl::Status CheckOutputPaths(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const NamedPath& out = outputs[i];
+    if (out.path.empty()) continue;
+    for (const NamedPath& in : inputs) {
+      if (!in.path.empty() && SameFile(out.path, in.path)) {
+        return absl::InvalidArgumentError(fmt::format("{}: {} is the {} file ({}); it would be overwritten",
+                                                      out.flag, out.path, in.flag, in.path));
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (!outputs[j].path.empty() && SameFile(out.path, outputs[j].path)) {
+        return absl::InvalidArgumentError(fmt::format("{}: {} is also the {} output ({})", out.flag, out.path,
+                                                      outputs[j].flag, outputs[j].path));
+      }
+    }
+    if (auto s = CheckWritable(out); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> FindGnuplot() {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (dir.empty()) continue;
+    const std::string candidate = (fs::path(dir) / "gnuplot").string();
+    if (access(candidate.c_str(), X_OK) == 0 && !IdentityOf(candidate).directory) return candidate;
+  }
+  return absl::FailedPreconditionError("--plot: gnuplot is not on PATH (install gnuplot-nox)");
+}
+
+absl::Status WriteReplayPlot(const std::vector<ReplayResult>& results, const std::string& gnuplot,
+                             AtomicFile* out) {
+  if (results.empty()) return absl::InvalidArgumentError("nothing to plot");
+  std::string pattern = (fs::temp_directory_path() / "gearbox-plot-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::InternalError(fmt::format("cannot create a temporary directory {}", pattern));
+  }
+  const fs::path dir = pattern;
   struct Cleanup {
-    std::filesystem::path dir;
+    fs::path dir;
     ~Cleanup() {
       std::error_code e;
-      std::filesystem::remove_all(dir, e);
+      fs::remove_all(dir, e);
     }
   } cleanup{dir};
 
@@ -109,46 +245,34 @@ absl::Status WriteReplayPlot(const std::vector<ReplayResult>& results, const std
       return s;
     }
   }
+  // Every name in the script is generated here and relative to `dir`.
   std::string script;
   const int panels = static_cast<int>(dims) + 1;
   script += fmt::format("set terminal pngcairo size 1200,{} noenhanced font ',10'\n", 330 * panels);
-  // gnuplot writes a temporary next to `path`, renamed into place on success.
-  const std::string temp_png = fmt::format("{}.tmp.{}", path, getpid());
-  script += fmt::format("set output '{}'\n", temp_png);
+  script += "set output 'plot.png'\n";
   script += fmt::format("set multiplot layout {},1\n", panels);
   script += "set grid\nset key outside right\nset xlabel 'trace time (minutes)'\n";
   for (size_t d = 0; d < dims; ++d) {
     script += fmt::format("set title 'gears of {} over time (one mark per gear per update)'\n",
-                          results.front().dimensions[d]);
+                          PlotSafe(results.front().dimensions[d]));
     script += "set logscale y 2\nset ylabel 'gear'\nplot ";
     for (size_t p = 0; p < results.size(); ++p) {
-      script += fmt::format("{}'{}' using 1:2 with points pt {} ps 0.6 title '{}'", p ? ", " : "",
-                            (dir / fmt::format("gears-{}-{}.dat", p, d)).string(), 7 - static_cast<int>(p) * 2,
-                            results[p].policy);
+      script += fmt::format("{}'gears-{}-{}.dat' using 1:2 with points pt {} ps 0.6 title '{}'", p ? ", " : "", p,
+                            d, 7 - static_cast<int>(p) * 2, PlotSafe(results[p].policy));
     }
     script += "\nunset logscale y\n";
   }
   script += "set title 'padding waste per bucket'\nset ylabel 'waste (%)'\nplot ";
   for (size_t p = 0; p < results.size(); ++p) {
-    script += fmt::format("{}'{}' using 1:2 with lines lw 2 title '{}'", p ? ", " : "",
-                          (dir / fmt::format("waste-{}.dat", p)).string(), results[p].policy);
+    script += fmt::format("{}'waste-{}.dat' using 1:2 with lines lw 2 title '{}'", p ? ", " : "", p,
+                          PlotSafe(results[p].policy));
   }
   script += "\nunset multiplot\n";
-  const std::string script_path = (dir / "plot.gp").string();
-  if (auto s = WriteFileAtomically(script_path, script); !s.ok()) return s;
-  const std::string command = fmt::format("gnuplot '{}' 2>&1", script_path);
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return absl::InternalError("cannot run gnuplot");
-  std::string output;
-  char buffer[256];
-  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
-  const int rc = pclose(pipe);
-  if (rc != 0) {
-    std::filesystem::remove(temp_png, ec);
-    return absl::InternalError(fmt::format("gnuplot failed (is gnuplot-nox installed?): {}", output));
-  }
-  std::filesystem::rename(temp_png, path, ec);
-  if (ec) return absl::PermissionDeniedError(fmt::format("{}: {}", path, ec.message()));
+  if (auto s = WriteFileAtomically((dir / "plot.gp").string(), script); !s.ok()) return s;
+  if (auto s = RunGnuplot(gnuplot, dir, "plot.gp", "gnuplot.log"); !s.ok()) return s;
+  std::ifstream png(dir / "plot.png", std::ios::binary);
+  if (!png) return absl::InternalError("gnuplot wrote no plot");
+  out->stream() << png.rdbuf();
   return absl::OkStatus();
 }
 

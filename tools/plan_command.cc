@@ -3,6 +3,7 @@
 //   --budget N              the count (1..N) and gears minimising the cost model
 //   --method M              uniform | quantile | kmeans | dp (default dp)
 //   --compare               every method side by side
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -116,7 +117,10 @@ int RunPlan(PlanFlags f) {
     std::vector<double> w;
     while (std::getline(in, item, ',')) {
       try {
-        w.push_back(std::stod(item));
+        size_t used = 0;
+        const double v = std::stod(item, &used);
+        if (used != item.size() || !std::isfinite(v)) throw std::invalid_argument(item);
+        w.push_back(v);
       } catch (const std::exception&) {
         w.clear();
         break;
@@ -178,6 +182,12 @@ int RunPlan(PlanFlags f) {
                         PlanMethodName(method), plan.gears.size(), 100.0 * plan.waste(), cost.total,
                         cost.compile_seconds, cost.padding_seconds, cost.memory_gib,
                         fmt::format("{}", fmt::join(plan.gears, ",")));
+  }
+  for (const auto& j : all) {
+    if (j["gears"].size() > static_cast<size_t>(kMaxGearsPerDimension)) {
+      std::fprintf(stderr, "gearbox plan: warning: %s plans %zu gears; the runtime holds at most %d per dimension\n",
+                   j["method"].get<std::string>().c_str(), j["gears"].size(), kMaxGearsPerDimension);
+    }
   }
   if (f.json) {
     std::printf("%s\n", (all.size() == 1 ? all[0] : all).dump().c_str());

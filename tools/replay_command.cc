@@ -1,6 +1,7 @@
 // `gearbox replay`: what would gearbox do on this traffic, and how much would
 // it save against a static ladder? Runs the real runtime on the trace (see
 // gearbox/replay.h) for each policy and prints a side-by-side table.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -35,6 +36,9 @@ struct ReplayFlags {
   double size_scale = 1.0;
   size_t max_requests = 0;
   double memory_budget_mb = 0.0;
+  // Exit 3 when a policy rejects more than this share of the requests.
+  double max_reject_ratio = 0.01;
+  size_t max_updates = kMaxReplayUpdates;
 };
 
 int Fail(const absl::Status& s) {
@@ -69,6 +73,9 @@ absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
   for (std::string name; std::getline(policy_names, name, ',');) {
     auto p = ParseUpdatePolicy(name, "--policy");
     if (!p.ok()) return p.status();
+    if (std::find(policies.begin(), policies.end(), *p) != policies.end()) {
+      return absl::InvalidArgumentError(fmt::format("--policy: \"{}\" is named twice; name each policy once", name));
+    }
     policies.push_back(*p);
   }
   if (policies.empty()) return absl::InvalidArgumentError("--policy: name at least one policy");
@@ -77,7 +84,16 @@ absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
   for (std::string name; std::getline(scheme_names, name, ',');) {
     auto s = ParseGearScheme(name, "--scheme");
     if (!s.ok()) return s.status();
+    if (std::find(schemes.begin(), schemes.end(), std::optional<GearScheme>(*s)) != schemes.end()) {
+      return absl::InvalidArgumentError(fmt::format("--scheme: \"{}\" is named twice; name each scheme once", name));
+    }
     schemes.push_back(*s);
+  }
+  const bool only_static = std::all_of(policies.begin(), policies.end(),
+                                       [](UpdatePolicy p) { return p == UpdatePolicy::kStatic; });
+  if (!f.update_at.empty() && only_static) {
+    return absl::InvalidArgumentError(
+        "--update-at: the static policy runs no updates; add --policy adaptive or replan");
   }
   if (schemes.empty()) schemes.push_back(std::nullopt);
   std::vector<double> update_at;
@@ -93,10 +109,35 @@ absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
       run.policy = policy;
       run.scheme = scheme;
       run.update_at = update_at;
+      run.max_updates = f.max_updates;
       runs.push_back(std::move(run));
     }
   }
   return runs;
+}
+
+// Flags that only make sense together, and values CLI11's checks let through.
+absl::Status CheckFlagCombinations(const ReplayFlags& f) {
+  if (f.execute.empty()) {
+    if (f.size_scale != 1.0) return absl::InvalidArgumentError("--size-scale: applies to --execute only");
+    if (!f.backend_params.empty()) return absl::InvalidArgumentError("--backend-param: applies to --execute only");
+    if (f.max_requests != 0) return absl::InvalidArgumentError("--max-requests: applies to --execute only");
+    if (f.memory_budget_mb != 0.0) {
+      return absl::InvalidArgumentError("--memory-budget-mb: applies to --execute only");
+    }
+  }
+  if (!std::isfinite(f.memory_budget_mb) || f.memory_budget_mb < 0 || f.memory_budget_mb > 1e12) {
+    return absl::InvalidArgumentError(
+        fmt::format("--memory-budget-mb: {} is not allowed; megabytes in [0, 1e12] (0: no budget)", f.memory_budget_mb));
+  }
+  if (!(f.max_reject_ratio >= 0.0 && f.max_reject_ratio <= 1.0)) {
+    return absl::InvalidArgumentError(
+        fmt::format("--max-reject-ratio: {} is not allowed; a fraction in [0, 1]", f.max_reject_ratio));
+  }
+  if (!std::isfinite(f.bucket_seconds)) {
+    return absl::InvalidArgumentError(fmt::format("--bucket-seconds: {} is not allowed; finite seconds > 0", f.bucket_seconds));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<ReplayResult>> RunSimulated(const ReplayFlags& f, const RuntimeConfig& config,
@@ -271,24 +312,96 @@ void PrintExecutedTable(const ReplayFlags& f, const std::vector<ExecutedReplayRe
   }
 }
 
+// The outputs, each written to a temporary file next to its path and
+// renamed into place only when every one of them is complete.
+struct Outputs {
+  std::unique_ptr<AtomicFile> decisions, summary, plot;
+  std::string gnuplot;
+
+  absl::Status Open(const ReplayFlags& f) {
+    if (auto s = CheckOutputPaths({{"--config", f.config}, {"--trace", f.trace}},
+                                  {{"--decisions", f.decisions}, {"--summary", f.summary}, {"--plot", f.plot}});
+        !s.ok()) {
+      return s;
+    }
+    if (!f.plot.empty()) {
+      auto found = FindGnuplot();
+      if (!found.ok()) return found.status();
+      gnuplot = *found;
+    }
+    for (auto [file, path] : {std::pair{&decisions, &f.decisions}, {&summary, &f.summary}, {&plot, &f.plot}}) {
+      if (path->empty()) continue;
+      *file = std::make_unique<AtomicFile>(*path);
+      if (auto s = (*file)->status(); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status CommitAll() {
+    for (auto* file : {&decisions, &summary, &plot}) {
+      if (*file == nullptr) continue;
+      if (auto s = (*file)->Commit(); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+};
+
+// Everything checked before the first replay: the executed replay's backend
+// and sizes too, so no late error wastes the simulated runs.
+absl::Status CheckBeforeWork(const ReplayFlags& f, const RuntimeConfig& config, const Trace& trace,
+                             const std::vector<ReplayRunOptions>& runs) {
+  const double span = trace.time.back() - trace.time.front();
+  if (span / f.bucket_seconds >= static_cast<double>(kMaxTimelineBuckets)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--bucket-seconds: {} is not allowed; at most {} buckets over the trace's {} s (at least {})",
+        f.bucket_seconds, kMaxTimelineBuckets, span, span / static_cast<double>(kMaxTimelineBuckets)));
+  }
+  for (const ReplayRunOptions& run : runs) {
+    if (auto s = CheckReplayRun(config, trace, run); !s.ok()) return s;
+  }
+  if (f.execute.empty()) return absl::OkStatus();
+  if (auto s = RegisterBuiltinBackends(); !s.ok()) return s;
+  auto params = ExecuteParams(f, config);
+  if (!params.ok()) return params.status();
+  auto backend = BackendRegistry::Global().Create(f.execute, *params);
+  if (!backend.ok()) return backend.status();
+  const RuntimeConfig scaled_config = ScaleConfigGears(config, f.size_scale);
+  const Trace scaled_trace = ScaleTraceSizes(trace, f.size_scale);
+  return CheckExecutedTensorSizes(scaled_config, scaled_trace, (*backend)->signature(), f.max_requests);
+}
+
+// Exit 3 when a policy rejected more than --max-reject-ratio of the requests.
+int CheckRejections(const ReplayFlags& f, const std::vector<ReplayResult>& results) {
+  for (const ReplayResult& r : results) {
+    const double ratio = static_cast<double>(r.rejected_requests) / static_cast<double>(std::max<uint64_t>(1, r.requests));
+    if (ratio > f.max_reject_ratio) {
+      std::fprintf(stderr,
+                   "gearbox replay: %s rejected %.2f%% of the requests, more than --max-reject-ratio %g; "
+                   "the figures describe the requests served\n",
+                   r.policy.c_str(), 100.0 * ratio, f.max_reject_ratio);
+      return 3;
+    }
+  }
+  return 0;
+}
+
 int RunReplay(const ReplayFlags& f) {
+  if (auto s = CheckFlagCombinations(f); !s.ok()) return Fail(s);
+  auto runs = ParseRuns(f);
+  if (!runs.ok()) return Fail(runs.status());
   auto config = LoadConfigFile(f.config);
   if (!config.ok()) return Fail(config.status());
   std::vector<std::string> dims;
   for (const auto& d : config->dims) dims.push_back(d.name);
   auto trace = LoadTraceFile(f.trace, dims);
   if (!trace.ok()) return Fail(trace.status());
-  auto runs = ParseRuns(f);
-  if (!runs.ok()) return Fail(runs.status());
-  std::unique_ptr<AtomicFile> decisions;
-  if (!f.decisions.empty()) {
-    decisions = std::make_unique<AtomicFile>(f.decisions);
-    if (auto s = decisions->status(); !s.ok()) return Fail(s);
-  }
+  if (auto s = CheckBeforeWork(f, *config, *trace, *runs); !s.ok()) return Fail(s);
+  Outputs outputs;
+  if (auto s = outputs.Open(f); !s.ok()) return Fail(s);
 
   ReplaySummary summary;
   summary.trace = f.trace;
-  auto results = RunSimulated(f, *config, *trace, *runs, decisions.get());
+  summary.max_reject_ratio = f.max_reject_ratio;
+  auto results = RunSimulated(f, *config, *trace, *runs, outputs.decisions.get());
   if (!results.ok()) return Fail(results.status());
   summary.results = *std::move(results);
   if (f.optimum) {
@@ -307,16 +420,12 @@ int RunReplay(const ReplayFlags& f) {
     PrintExecutedTable(f, summary.executed);
   }
 
-  if (!f.summary.empty()) {
-    if (auto s = WriteFileAtomically(f.summary, ReplaySummaryJson(summary) + "\n"); !s.ok()) return Fail(s);
+  if (outputs.summary) outputs.summary->stream() << ReplaySummaryJson(summary) << "\n";
+  if (outputs.plot) {
+    if (auto s = WriteReplayPlot(summary.results, outputs.gnuplot, outputs.plot.get()); !s.ok()) return Fail(s);
   }
-  if (!f.plot.empty()) {
-    if (auto s = WriteReplayPlot(summary.results, f.plot); !s.ok()) return Fail(s);
-  }
-  if (decisions) {
-    if (auto s = decisions->Commit(); !s.ok()) return Fail(s);
-  }
-  return 0;
+  if (auto s = outputs.CommitAll(); !s.ok()) return Fail(s);
+  return CheckRejections(f, summary.results);
 }
 
 }  // namespace
@@ -339,17 +448,22 @@ Command AddReplayCommand(CLI::App& app) {
   cmd->add_flag("--optimum", f->optimum,
                 "also compute the offline-optimal gears at each policy's average gear count");
   cmd->add_option("--bucket-seconds", f->bucket_seconds, "width of the waste timeline buckets")
-      ->check(CLI::PositiveNumber);
+      ->check(NumberIn(0, 1e15, "seconds > 0", true));
   cmd->add_option("--execute", f->execute,
                   "also run every request through the executor on this backend (onednn, cuda_graph)");
   cmd->add_option("--backend-param", f->backend_params, "backend parameter key=value (repeatable)");
   cmd->add_option("--size-scale", f->size_scale,
                   "executed replay: divide trace sizes and initial gears by this (rounding up)")
-      ->check(CLI::Range(1.0, 1e9));
+      ->check(NumberIn(1, 1e9, "a factor in [1, 1e9]"));
   cmd->add_option("--max-requests", f->max_requests, "executed replay: at most this many rows");
   cmd->add_option("--memory-budget-mb", f->memory_budget_mb,
                   "executed replay: memory probe = gear memory / this budget")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NumberIn(0, 1e12, "megabytes in [0, 1e12] (0: no budget)"));
+  cmd->add_option("--max-updates", f->max_updates,
+                  "at most this many update checks or --update-at times per replay (default 1000000)")
+      ->check(NumberIn(1, 1e12, "an integer in [1, 1e12]"));
+  cmd->add_option("--max-reject-ratio", f->max_reject_ratio,
+                  "exit 3 when a policy rejects more than this share of the requests (default 0.01)");
   return [f] { return RunReplay(*f); };
 }
 

@@ -49,6 +49,18 @@ struct ExecutedReplayResult {
   std::vector<std::vector<int64_t>> final_gears;
 };
 
+// The most elements one input or output tensor of an executed replay may
+// have (at the largest trace size or initial gear of every dimension it
+// follows): 2^28, 1 GiB of float32.
+inline constexpr int64_t kMaxExecutedTensorElements = int64_t{1} << 28;
+
+// OK when every tensor of `signature`, at the largest size the replay can
+// give each dimension (its largest size among the first `rows` rows (0: all)
+// or its largest initial gear), has at most kMaxExecutedTensorElements
+// elements; else the tensor, the sizes and the limit (and --size-scale).
+absl::Status CheckExecutedTensorSizes(const RuntimeConfig& config, const Trace& trace,
+                                      const ModelSignature& signature, size_t rows);
+
 // The trace's columns must be the config's dimensions, in order (as
 // LoadTraceFile returns them). `make_backend` is called once (a fresh
 // backend per replay, so each policy pays its own compiles).

@@ -12,8 +12,9 @@ namespace gearbox {
 class MemoryProbe {
  public:
   virtual ~MemoryProbe() = default;
-  // Fraction of the device's memory in use, in [0, 1]. The runtime treats an
-  // error, a throw, NaN or a value outside [0, 1] as "unknown" (no pressure)
+  // Fraction of the device's memory in use, >= 0; above 1 (over-committed)
+  // is high pressure. The runtime treats an error, a throw, NaN, infinity or
+  // a negative value as "unknown" (no pressure)
   // and says so in the update record.
   virtual absl::StatusOr<double> UsageFraction() = 0;
 };

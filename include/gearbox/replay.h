@@ -33,6 +33,17 @@
 
 namespace gearbox {
 
+// The default most update checks or requested updates one replay runs (both
+// replays; ReplayRunOptions::max_updates, `--max-updates`): the worker's
+// checks over the trace's span, at the shortest check interval, or the
+// --update-at times. More is an error before any work, naming the span and
+// interval: raise adaptive.check_interval_seconds (or
+// replan.warmup_check_seconds) or --max-updates, or check the trace's t
+// column is in seconds.
+inline constexpr size_t kMaxReplayUpdates = 1'000'000;
+// The most padding-waste timeline buckets (trace span / bucket width).
+inline constexpr size_t kMaxTimelineBuckets = 1'000'000;
+
 // What both replays (this one and ExecutedReplay) take.
 struct ReplayRunOptions {
   UpdatePolicy policy = kDefaultUpdatePolicy;
@@ -44,6 +55,8 @@ struct ReplayRunOptions {
   // clock as the trace's t column), even after the last row, instead of the
   // worker's schedule.
   std::vector<double> update_at;
+  // At most this many update checks or requested updates (see above).
+  size_t max_updates = kMaxReplayUpdates;
   // Called with each update's record (the decisions file).
   std::function<void(const UpdateRecord&)> on_update;
   // Called about every 1% of the rows with (rows done, rows in all).
@@ -56,6 +69,11 @@ struct ReplayOptions : ReplayRunOptions {
   // A gear evicted within this long of its addition counts as churn.
   double churn_window_seconds = 3600.0;
 };
+
+// Everything a replay of this run checks before its first row, without
+// replaying: the trace against the config, the update count bound, and that
+// the runtime accepts the run's policy and gear scheme.
+absl::Status CheckReplayRun(const RuntimeConfig& config, const Trace& trace, const ReplayRunOptions& run);
 
 // The gear set after an update (or at the start), for plots.
 struct GearSetSample {

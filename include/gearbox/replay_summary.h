@@ -44,6 +44,10 @@ struct ReplaySummary {
   std::vector<ExecutedReplayResult> executed;          // per run, or empty
   std::string backend;                                 // of the executed replays
   double size_scale = 1.0;                             // of the executed replays
+  // The share of rejected requests a run may have (`--max-reject-ratio`);
+  // when set, each run's object says "rejected_ratio", this limit as
+  // "max_reject_ratio" and "rejected_ratio_exceeded".
+  std::optional<double> max_reject_ratio;
 };
 
 // The summary file: one run's object (ReplayResultJson, then

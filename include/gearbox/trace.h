@@ -8,7 +8,10 @@
 // `t`: seconds (float, non-decreasing); one integer column (>= 1) per
 // dimension, named as in the config, in any order; optional `mem_usage`
 // (fraction of device memory in use, 0..1) to drive a simulated memory
-// probe. Errors give the line number and the column.
+// probe. Errors give the line number and the column. A UTF-8 byte-order
+// mark before the header is skipped, fields may be quoted as in RFC 4180
+// ("1,5" and "" for a quote, within one line), and |t| is at most
+// kMaxTraceSeconds (timestamps in ms, us or ns must be converted).
 #ifndef GEARBOX_TRACE_H_
 #define GEARBOX_TRACE_H_
 
@@ -16,6 +19,7 @@
 #include <istream>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,6 +36,21 @@ struct Trace {
   const int64_t* row(size_t i) const { return &sizes[i * dimensions.size()]; }
   double duration() const { return time.empty() ? 0.0 : time.back() - time.front(); }
 };
+
+// The largest |t| a trace may have, seconds (about 3,170 years): beyond it
+// a double cannot step the worker's schedule in milliseconds.
+inline constexpr double kMaxTraceSeconds = 1e11;
+
+// Splits one CSV line into fields, each trimmed of spaces and tabs; a field
+// quoted as in RFC 4180 ("a,b", "" for a quote) is unquoted into `scratch`
+// (so the fields point into `line` or `scratch`). False on an unterminated
+// quote or text after a closing quote.
+bool SplitCsvLine(std::string_view line, std::string* scratch, std::vector<std::string_view>* fields);
+// `line` without a leading UTF-8 byte-order mark.
+std::string_view StripUtf8Bom(std::string_view line);
+// `text` for an error message: bytes outside printable ASCII as \xNN, long
+// text cut to 80 characters with "...".
+std::string PrintableText(std::string_view text);
 
 // Reads a trace whose dimension columns must be exactly `dimensions` (any
 // order; stored in this order). `source` names the input in errors.

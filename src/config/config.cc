@@ -1,6 +1,7 @@
 #include "gearbox/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -116,6 +117,11 @@ absl::StatusOr<DimensionSpec> ParseDimension(const json& d, size_t index) {
     const json& name = has_gears ? d["gears"] : d["policy"];
     const std::string field = Cat(path, has_gears ? ".gears" : ".policy");
     if (!name.is_string()) return InvalidField(field, Shown(name), "\"TIMES\", \"POW2\" or \"VLLM\"");
+    const std::string ladder = name.get<std::string>();
+    if (has_gears && ladder != "TIMES" && ladder != "POW2" && ladder != "VLLM") {
+      return InvalidField(field, Shown(name),
+                          "a JSON list of integers (e.g. [16, 32]) or a ladder name: \"TIMES\", \"POW2\", \"VLLM\"");
+    }
     auto gears = MakeNamedGears(name.get<std::string>(), min, max, path);
     if (!gears.ok()) return gears.status();
     spec.gears = *std::move(gears);
@@ -132,6 +138,16 @@ absl::StatusOr<DimensionSpec> ParseDimension(const json& d, size_t index) {
     spec.eager_fallback = *v;
   }
   return spec;
+}
+
+// Worker intervals: a shorter one is a typo (ms for s) and would make every
+// replay's schedule millions of checks long.
+constexpr double kMinIntervalSeconds = 0.001;
+absl::Status CheckMinimumSeconds(std::string_view field, double seconds) {
+  if (std::isfinite(seconds) && seconds < kMinIntervalSeconds) {
+    return internal::InvalidFieldValue(field, seconds, Cat("seconds >= ", kMinIntervalSeconds));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseAdaptive(const json& a, AdaptiveOptions* o) {
@@ -207,6 +223,9 @@ absl::Status ParseAdaptive(const json& a, AdaptiveOptions* o) {
       o->device_memory_usage_threshold_ratio = *r;
     }
   }
+  if (auto s = CheckMinimumSeconds("adaptive.check_interval_seconds", o->check_interval_seconds); !s.ok()) {
+    return s;
+  }
   return internal::WithContext(ValidateAdaptiveOptions(*o), "adaptive");
 }
 
@@ -263,6 +282,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
     if (*v < 1 || *v > k.max) return internal::InvalidFieldValue(field, *v, Cat("an integer in [1, ", k.max, "]"));
     *k.field = static_cast<int>(*v);
   }
+  if (auto s = CheckMinimumSeconds("replan.warmup_check_seconds", o->warmup_check_seconds); !s.ok()) return s;
   return ValidateReplanOptions(*o);
 }
 
@@ -296,6 +316,10 @@ absl::StatusOr<MemoryModel> ParseMemoryModel(const json& m) {
                                          k.required ? "a number of bytes > 0" : "bytes >= 0");
     }
     *k.field = *v;
+  }
+  if (model.base_bytes > model.device_bytes) {
+    return internal::InvalidFieldValue("memory_model.base_bytes", model.base_bytes,
+                                       Cat("at most device_bytes (", model.device_bytes, ")"));
   }
   return model;
 }
@@ -333,6 +357,9 @@ absl::StatusOr<std::vector<int64_t>> MakeNamedGears(std::string_view name,
     return NormalizeGears(std::move(gears), Cat(field, ".gears"));
   }
   if (name == "VLLM") {
+    if (min && max && *max < *min) {
+      return internal::InvalidFieldValue(Cat(field, ".max"), *max, Cat("max >= min (", *min, ")"));
+    }
     std::vector<int64_t> all = {1, 2, 4};
     for (int64_t g = 8; g <= 248; g += 8) all.push_back(g);
     for (int64_t g = 256; g <= 512; g += 16) all.push_back(g);
@@ -350,7 +377,22 @@ absl::StatusOr<std::vector<int64_t>> MakeNamedGears(std::string_view name,
 absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
   json root;
   try {
-    root = json::parse(json_text.begin(), json_text.end());
+    // Keys seen per open object: a key given twice is an error, not "last wins".
+    std::vector<std::set<std::string>> open_objects;
+    std::string duplicate;
+    const json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+      if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+      if (event == json::parse_event_t::key && !open_objects.empty() && duplicate.empty() &&
+          !open_objects.back().insert(parsed.get<std::string>()).second) {
+        duplicate = parsed.get<std::string>();
+      }
+      return true;
+    };
+    root = json::parse(json_text.begin(), json_text.end(), on_event);
+    if (!duplicate.empty()) {
+      return InvalidField(Cat("config key \"", duplicate, "\""), "given twice", "each key once per object");
+    }
   } catch (const json::parse_error& e) {
     // Line of the byte where parsing stopped.
     const size_t at = std::min(e.byte, json_text.size());
@@ -437,6 +479,11 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
 }
 
 absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& path) {
+  // A device or pipe (/dev/zero) could be endless: only regular files.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(Cat(path, ": not a regular file (a directory, device or pipe); name a config file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(Cat(path, ": cannot open the config file"));
   std::stringstream buffer;

@@ -35,7 +35,10 @@ std::vector<int64_t> Uniform(const SizeHistogram& h, int k) {
   const double hi = static_cast<double>(h.values.back());
   std::vector<int64_t> gears;
   for (int i = 1; i <= k; ++i) {
-    gears.push_back(static_cast<int64_t>(std::ceil(lo + (hi - lo) * i / k)));
+    // Near 2^63 the double may round past the largest size: cap it there
+    // (converting a double >= 2^63 to int64 would overflow).
+    const double boundary = std::ceil(lo + (hi - lo) * i / k);
+    gears.push_back(boundary >= hi ? h.values.back() : static_cast<int64_t>(boundary));
   }
   return Finish(gears, h);
 }

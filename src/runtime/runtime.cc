@@ -303,8 +303,9 @@ MemoryState AdaptiveGearRuntime::ReadMemory() {
     absl::StatusOr<double> usage = options_.memory_probe->UsageFraction();
     if (!usage.ok()) {
       m.error = std::string(usage.status().message());
-    } else if (!std::isfinite(*usage) || *usage < 0.0 || *usage > 1.0) {
-      m.error = internal::Cat("probe returned ", *usage, "; expected a fraction in [0, 1]");
+    } else if (!std::isfinite(*usage) || *usage < 0.0) {
+      // Above 1 is over-committed memory: high pressure, not a probe error.
+      m.error = internal::Cat("probe returned ", *usage, "; expected a fraction >= 0 (above 1: over-committed)");
     } else {
       m.usage = *usage;
       m.high = *usage >= *m.threshold;

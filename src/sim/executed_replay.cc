@@ -47,6 +47,40 @@ struct RequestTensors {
 
 }  // namespace
 
+absl::Status CheckExecutedTensorSizes(const RuntimeConfig& config, const Trace& trace,
+                                      const ModelSignature& signature, size_t rows) {
+  const size_t n = config.dims.size();
+  if (trace.dimensions.size() != n) return absl::OkStatus();  // CheckReplayInputs reports it
+  const size_t used = rows > 0 ? std::min(rows, trace.rows()) : trace.rows();
+  std::vector<int64_t> largest(n, 1);
+  for (size_t d = 0; d < n; ++d) {
+    if (!config.dims[d].gears.empty()) largest[d] = config.dims[d].gears.back();
+    for (size_t i = 0; i < used; ++i) largest[d] = std::max(largest[d], trace.row(i)[d]);
+  }
+  std::vector<TensorSpec> specs = signature.inputs;
+  specs.insert(specs.end(), signature.outputs.begin(), signature.outputs.end());
+  for (const TensorSpec& spec : specs) {
+    std::vector<int64_t> shape = spec.shape;
+    for (const AxisBinding& b : spec.bindings) {
+      if (b.axis >= 0 && static_cast<size_t>(b.axis) < shape.size() && b.dimension >= 0 &&
+          static_cast<size_t>(b.dimension) < n) {
+        shape[static_cast<size_t>(b.axis)] = largest[static_cast<size_t>(b.dimension)];
+      }
+    }
+    double elements = 1.0;
+    for (int64_t s : shape) elements *= static_cast<double>(s);
+    if (elements > static_cast<double>(kMaxExecutedTensorElements)) {
+      std::string sizes;
+      for (size_t d = 0; d < n; ++d) sizes += Cat(d ? ", " : "", config.dims[d].name, " ", largest[d]);
+      return absl::InvalidArgumentError(
+          Cat("--execute: tensor ", spec.name, " at the largest sizes (", sizes, ") has ", elements,
+              " elements; at most ", kMaxExecutedTensorElements,
+              " per tensor (divide the sizes with --size-scale, or limit rows with --max-requests)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 Trace ScaleTraceSizes(const Trace& trace, double factor) {
   Trace out = trace;
   if (factor <= 1.0) return out;
@@ -81,6 +115,9 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   auto backend_or = make_backend();
   if (!backend_or.ok()) return backend_or.status();
   std::unique_ptr<Backend> backend = *std::move(backend_or);
+  if (auto s = CheckExecutedTensorSizes(config, trace, backend->signature(), options.max_requests); !s.ok()) {
+    return s;
+  }
 
   const double t0 = trace.time.front();
   ExecutedReplayResult result;

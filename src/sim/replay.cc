@@ -127,6 +127,16 @@ class ChurnTracker {
 
 }  // namespace
 
+absl::Status CheckReplayRun(const RuntimeConfig& config, const Trace& trace, const ReplayRunOptions& run) {
+  if (auto s = internal::CheckReplayInputs(config, trace, run); !s.ok()) return s;
+  ManualClock clock(trace.time.front());
+  GraphResourcePool pool;
+  const RuntimeOptions ro = internal::ReplayRuntimeOptions(config, run, &clock, &pool);
+  auto created = AdaptiveGearRuntime::Create(config.dims, ro);
+  if (!created.ok()) return internal::WithContext(created.status(), internal::ReplayRunName(run));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& trace,
                                     const ReplayOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
@@ -135,9 +145,13 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   if (!(options.churn_window_seconds > 0)) {
     return internal::InvalidFieldValue("churn_window_seconds", options.churn_window_seconds, "seconds > 0");
   }
-  if (!(options.timeline_bucket_seconds > 0)) {
-    return internal::InvalidFieldValue("timeline_bucket_seconds", options.timeline_bucket_seconds,
-                                       "seconds > 0");
+  const double span = trace.time.back() - trace.time.front();
+  if (!(options.timeline_bucket_seconds > 0) ||
+      !(span / options.timeline_bucket_seconds < static_cast<double>(kMaxTimelineBuckets))) {
+    return internal::InvalidFieldValue(
+        "--bucket-seconds", options.timeline_bucket_seconds,
+        Cat("seconds > 0 and at most ", kMaxTimelineBuckets, " buckets over the trace's ", span,
+            " s (at least ", span / static_cast<double>(kMaxTimelineBuckets), ")"));
   }
 
   const double t0 = trace.time.front();

@@ -9,6 +9,7 @@
 
 namespace gearbox::internal {
 
+
 absl::Status CheckReplayInputs(const RuntimeConfig& config, const Trace& trace,
                                const ReplayRunOptions& options) {
   const size_t n = config.dims.size();
@@ -25,6 +26,34 @@ absl::Status CheckReplayInputs(const RuntimeConfig& config, const Trace& trace,
   if (trace.rows() == 0) return absl::InvalidArgumentError("trace: no rows");
   for (double t : options.update_at) {
     if (!std::isfinite(t)) return InvalidFieldValue("--update-at", t, "finite times");
+  }
+  return CheckReplayUpdateCount(config, trace, options);
+}
+
+absl::Status CheckReplayUpdateCount(const RuntimeConfig& config, const Trace& trace,
+                                    const ReplayRunOptions& options) {
+  if (options.update_at.size() > options.max_updates) {
+    return InvalidField("--update-at", Cat(options.update_at.size(), " times"),
+                        Cat("at most ", options.max_updates, " updates per replay (--max-updates)"));
+  }
+  if (options.policy == UpdatePolicy::kStatic || !options.update_at.empty()) return absl::OkStatus();
+  // The worker's schedule: one check per interval over the trace's span; the
+  // shortest interval the runtime may use bounds their number.
+  double interval = config.adaptive.check_interval_seconds;
+  const char* field = "adaptive.check_interval_seconds";
+  if (options.policy == UpdatePolicy::kReplan && config.replan.warmup_check_seconds < interval) {
+    interval = config.replan.warmup_check_seconds;
+    field = "replan.warmup_check_seconds";
+  }
+  const double span = trace.time.back() - trace.time.front();
+  const double checks = span / interval;
+  const double scale = std::max(std::fabs(trace.time.front()), std::fabs(trace.time.back()));
+  if (!(interval > 0) || !(checks <= static_cast<double>(options.max_updates)) ||
+      !(scale + interval > scale)) {
+    return absl::InvalidArgumentError(
+        Cat("the trace spans ", span, " s: with ", field, " = ", interval, " that is ", checks,
+            " update checks; at most ", options.max_updates,
+            " per replay (raise the interval or --max-updates, or check the t column is in seconds)"));
   }
   return absl::OkStatus();
 }
@@ -57,6 +86,7 @@ ReplaySchedule::ReplaySchedule(const ReplayRunOptions& options, double first_row
     : runtime_(runtime),
       clock_(clock),
       checks_(options.policy != UpdatePolicy::kStatic && options.update_at.empty()),
+      max_updates_(options.max_updates),
       last_row_(last_row),
       next_check_(first_row + runtime->CheckIntervalSeconds()),
       end_(last_row) {
@@ -72,7 +102,14 @@ absl::Status ReplaySchedule::RunThrough(double t, const std::function<void(doubl
       clock_->Set(next_check_);
       runtime_->worker()->CheckOnce(next_check_);
       end_ = std::max(end_, next_check_);
-      next_check_ += runtime_->CheckIntervalSeconds();
+      const double next = next_check_ + runtime_->CheckIntervalSeconds();
+      if (!(next > next_check_) || ++checks_run_ > max_updates_) {
+        return absl::InvalidArgumentError(
+            Cat("update checks: more than ", max_updates_, " per replay, or an interval of ",
+                runtime_->CheckIntervalSeconds(), " s too short at t = ", next_check_,
+                " (raise adaptive.check_interval_seconds)"));
+      }
+      next_check_ = next;
     }
     return absl::OkStatus();
   }

@@ -26,6 +26,14 @@ namespace gearbox::internal {
 absl::Status CheckReplayInputs(const RuntimeConfig& config, const Trace& trace,
                                const ReplayRunOptions& options);
 
+// At most options.max_updates (replay.h) update checks or requested updates:
+// the worker's checks over the trace's span at the shortest interval the
+// runtime may use (adaptive.check_interval_seconds, or
+// replan.warmup_check_seconds with the replan policy), or the --update-at
+// times. Else an error naming the span, the interval and the limit.
+absl::Status CheckReplayUpdateCount(const RuntimeConfig& config, const Trace& trace,
+                                    const ReplayRunOptions& options);
+
 // "replan", or "replan/joint" when the run chose a scheme.
 std::string ReplayRunName(const ReplayRunOptions& options);
 
@@ -65,9 +73,11 @@ class ReplaySchedule {
   AdaptiveGearRuntime* const runtime_;
   ManualClock* const clock_;
   const bool checks_;  // the worker's schedule (else update_at, or nothing)
+  const size_t max_updates_;
   const double last_row_;
   std::vector<double> update_at_;  // sorted
   size_t next_update_ = 0;
+  size_t checks_run_ = 0;
   double next_check_;
   double end_;
 };

@@ -102,6 +102,13 @@ std::string ReplaySummaryJson(const ReplaySummary& summary, int indent) {
   for (size_t i = 0; i < summary.results.size(); ++i) {
     const ReplayResult& r = summary.results[i];
     Json j = Json::parse(ReplayResultJson(r));
+    if (summary.max_reject_ratio.has_value()) {
+      const double ratio =
+          static_cast<double>(r.rejected_requests) / static_cast<double>(std::max<uint64_t>(1, r.requests));
+      j["rejected_ratio"] = ratio;
+      j["max_reject_ratio"] = *summary.max_reject_ratio;
+      j["rejected_ratio_exceeded"] = ratio > *summary.max_reject_ratio;
+    }
     if (i < summary.optimum.size()) j["offline_optimum"] = OptimumJson(r.dimensions, summary.optimum[i]);
     if (i < summary.executed.size()) {
       j["executed"] = Json::parse(ExecutedReplayResultJson(summary.executed[i]));

@@ -1,7 +1,9 @@
 #include "gearbox/trace.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -13,21 +15,6 @@ namespace {
 
 using internal::Cat;
 
-// Splits a CSV line on commas (the format has no quoting).
-void SplitFields(std::string_view line, std::vector<std::string_view>* fields) {
-  fields->clear();
-  size_t start = 0;
-  while (true) {
-    const size_t comma = line.find(',', start);
-    if (comma == std::string_view::npos) {
-      fields->push_back(line.substr(start));
-      return;
-    }
-    fields->push_back(line.substr(start, comma - start));
-    start = comma + 1;
-  }
-}
-
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
@@ -36,8 +23,15 @@ std::string_view Trim(std::string_view s) {
 
 absl::Status FieldError(const std::string& source, size_t line, std::string_view column,
                         std::string_view value, std::string_view allowed) {
-  return absl::InvalidArgumentError(Cat(source, " line ", line, ", column ", column, ": \"",
-                                        value, "\" is not allowed; ", allowed));
+  return absl::InvalidArgumentError(Cat(source, " line ", line, ", column ", PrintableText(column), ": \"",
+                                        PrintableText(value), "\" is not allowed; ", allowed));
+}
+
+absl::Status SplitOrError(std::string_view line, std::string* scratch, std::vector<std::string_view>* fields,
+                          const std::string& source, size_t line_no) {
+  if (SplitCsvLine(line, scratch, fields)) return absl::OkStatus();
+  return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": \"", PrintableText(line),
+                                        "\" has an unterminated quote or text after a closing quote"));
 }
 
 absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wanted,
@@ -55,8 +49,10 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
   }
   if (!have_header) return absl::InvalidArgumentError(Cat(source, ": empty trace (no header)"));
   std::vector<std::string_view> fields;
-  std::string header = line;
-  SplitFields(header, &fields);
+  std::string scratch;
+  std::string header(StripUtf8Bom(line));
+  std::string header_scratch;
+  if (auto st = SplitOrError(header, &header_scratch, &fields, source, line_no); !st.ok()) return st;
   int time_col = -1;
   int mem_col = -1;
   std::map<std::string, int> dim_cols;
@@ -69,7 +65,7 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
     const bool seen = (name == "t" && time_col >= 0) || (name == "mem_usage" && mem_col >= 0) ||
                       dim_cols.count(name);
     if (seen) {
-      return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": column \"", name,
+      return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": column \"", PrintableText(name),
                                             "\" appears twice"));
     }
     if (name == "t") {
@@ -83,7 +79,7 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
         for (const auto& w : *wanted) allowed += ", " + w;
         allowed += ", mem_usage";
         return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": unknown column \"",
-                                              name, "\"; allowed: ", allowed));
+                                              PrintableText(name), "\"; allowed: ", allowed));
       }
       dim_cols[name] = static_cast<int>(c);
     }
@@ -119,7 +115,7 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
   while (std::getline(in, line)) {
     ++line_no;
     if (Trim(line).empty()) continue;
-    SplitFields(line, &fields);
+    if (auto st = SplitOrError(line, &scratch, &fields, source, line_no); !st.ok()) return st;
     if (fields.size() != expected_fields) {
       return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": ", fields.size(),
                                             " fields, the header has ", expected_fields));
@@ -127,8 +123,9 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
     const std::string_view t_text = Trim(fields[static_cast<size_t>(time_col)]);
     double t = 0;
     auto [tp, te] = std::from_chars(t_text.data(), t_text.data() + t_text.size(), t);
-    if (te != std::errc() || tp != t_text.data() + t_text.size() || !std::isfinite(t)) {
-      return FieldError(source, line_no, "t", t_text, "a finite number of seconds");
+    if (te != std::errc() || tp != t_text.data() + t_text.size() || !(std::fabs(t) <= kMaxTraceSeconds)) {
+      return FieldError(source, line_no, "t", t_text,
+                        "a number of seconds in [-1e11, 1e11] (convert ms, us or ns timestamps to seconds)");
     }
     if (t < previous) {
       return FieldError(source, line_no, "t", t_text,
@@ -140,7 +137,8 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
       int64_t size = 0;
       auto [p, e] = std::from_chars(v.data(), v.data() + v.size(), size);
       if (e != std::errc() || p != v.data() + v.size() || size < 1) {
-        return FieldError(source, line_no, trace.dimensions[d], v, "an integer >= 1");
+        return FieldError(source, line_no, trace.dimensions[d], v,
+                          e == std::errc::result_out_of_range ? "an integer in [1, 2^63 - 1]" : "an integer >= 1");
       }
       trace.sizes.push_back(size);
     }
@@ -161,6 +159,83 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
 
 }  // namespace
 
+bool SplitCsvLine(std::string_view line, std::string* scratch, std::vector<std::string_view>* fields) {
+  fields->clear();
+  if (line.find('"') == std::string_view::npos) {
+    size_t start = 0;
+    while (true) {
+      const size_t comma = line.find(',', start);
+      fields->push_back(Trim(line.substr(start, comma == std::string_view::npos ? line.npos : comma - start)));
+      if (comma == std::string_view::npos) return true;
+      start = comma + 1;
+    }
+  }
+  // Quoted fields: unquote into `scratch`, reserved so the views stay valid.
+  scratch->clear();
+  scratch->reserve(line.size());
+  std::vector<std::pair<size_t, size_t>> spans;  // offset, length in scratch
+  size_t i = 0;
+  while (true) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    const size_t begin = scratch->size();
+    if (i < line.size() && line[i] == '"') {
+      ++i;
+      bool closed = false;
+      while (i < line.size()) {
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            scratch->push_back('"');
+            i += 2;
+            continue;
+          }
+          ++i;
+          closed = true;
+          break;
+        }
+        scratch->push_back(line[i++]);
+      }
+      if (!closed) return false;
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+      if (i < line.size() && line[i] != ',') return false;
+    } else {
+      const size_t comma = std::min(line.find(',', i), line.size());
+      const std::string_view raw = Trim(line.substr(i, comma - i));
+      if (raw.find('"') != std::string_view::npos) return false;
+      scratch->append(raw);
+      i = comma;
+    }
+    spans.emplace_back(begin, scratch->size() - begin);
+    if (i >= line.size()) break;
+    ++i;  // the comma
+  }
+  for (const auto& [offset, length] : spans) fields->push_back(std::string_view(*scratch).substr(offset, length));
+  return true;
+}
+
+std::string_view StripUtf8Bom(std::string_view line) {
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  if (line.substr(0, kBom.size()) == kBom) line.remove_prefix(kBom.size());
+  return line;
+}
+
+std::string PrintableText(std::string_view text) {
+  constexpr size_t kMaxShown = 80;
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (out.size() >= kMaxShown) {
+      out += "...";
+      break;
+    }
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("\\x{:02X}", c);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<Trace> ReadTraceCsv(std::istream& in, const std::vector<std::string>& dimensions,
                                    const std::string& source) {
   return Read(in, &dimensions, source);
@@ -172,6 +247,11 @@ absl::StatusOr<Trace> ReadTraceCsvAnyDimensions(std::istream& in, const std::str
 
 absl::StatusOr<Trace> LoadTraceFile(const std::string& path,
                                     const std::vector<std::string>& dimensions) {
+  // A device or pipe (/dev/zero) could be endless: only regular files.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(Cat(path, ": not a regular file (a directory, device or pipe); name a trace file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(Cat(path, ": cannot open the trace file"));
   return dimensions.empty() ? Read(in, nullptr, path) : Read(in, &dimensions, path);

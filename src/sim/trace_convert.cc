@@ -19,21 +19,21 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-std::vector<std::string_view> Split(std::string_view line) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = line.find(',', start);
-    out.push_back(Trim(line.substr(start, comma == std::string_view::npos ? line.npos : comma - start)));
-    if (comma == std::string_view::npos) return out;
-    start = comma + 1;
-  }
+// The fields of a CSV line (RFC 4180 quoting; a leading byte-order mark
+// skipped); a malformed quote leaves the line as one field, so the field
+// count check reports it.
+std::vector<std::string> Split(std::string_view line) {
+  std::string scratch;
+  std::vector<std::string_view> views;
+  line = StripUtf8Bom(line);
+  if (!SplitCsvLine(line, &scratch, &views)) return {std::string(line)};
+  return {views.begin(), views.end()};
 }
 
 absl::Status RowError(const std::string& source, size_t line, std::string_view column,
                       std::string_view value, std::string_view allowed) {
-  return absl::InvalidArgumentError(Cat(source, " line ", line, ", column ", column, ": \"",
-                                        value, "\" is not allowed; ", allowed));
+  return absl::InvalidArgumentError(Cat(source, " line ", line, ", column ", PrintableText(column), ": \"",
+                                        PrintableText(value), "\" is not allowed; ", allowed));
 }
 
 bool ParseInt(std::string_view s, int64_t* out) {
@@ -81,7 +81,7 @@ bool ParseTimestamp(std::string_view s, double* out) {
 }
 
 // Header column index by any of the accepted names, or -1.
-int FindColumn(const std::vector<std::string_view>& header,
+int FindColumn(const std::vector<std::string>& header,
                std::initializer_list<std::string_view> names) {
   for (std::string_view name : names) {
     for (size_t i = 0; i < header.size(); ++i) {
@@ -164,12 +164,12 @@ absl::StatusOr<std::vector<RequestRecord>> ReadMooncakeTrace(std::istream& in,
   size_t line_no = 0;
   std::vector<RequestRecord> out;
   double previous = -INFINITY;
-  std::vector<std::string_view> header;
+  std::vector<std::string> header;
   std::string header_line;
   int tc = -1, pc = -1, oc = -1;
   while (std::getline(in, line)) {
     ++line_no;
-    const std::string_view text = Trim(line);
+    const std::string_view text = Trim(line_no == 1 ? StripUtf8Bom(line) : std::string_view(line));
     if (text.empty()) continue;
     RequestRecord r;
     double ms = 0;
@@ -311,6 +311,14 @@ absl::StatusOr<Trace> DecodeView(const std::vector<RequestRecord>& requests,
                                  const DecodeSimulation& sim) {
   if (!(sim.step_seconds > 0) || !std::isfinite(sim.step_seconds)) {
     return internal::InvalidFieldValue("--step-ms", sim.step_seconds * 1000, "milliseconds > 0");
+  }
+  // Bound the step count of the arrival span: a step index must stay exact.
+  const double span = requests.empty() ? 0.0 : requests.back().arrival - requests.front().arrival;
+  constexpr double kMaxSteps = 1e15;
+  if (!(span / sim.step_seconds <= kMaxSteps)) {
+    return internal::InvalidFieldValue(
+        "--step-ms", sim.step_seconds * 1000,
+        Cat("at most 1e15 steps over the arrivals' ", span, " s (at least ", span / kMaxSteps * 1000, " ms)"));
   }
   if (sim.max_running < 1) {
     return internal::InvalidFieldValue("--max-running", sim.max_running, "an integer >= 1");
