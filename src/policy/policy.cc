@@ -106,11 +106,14 @@ std::pair<double, int64_t> ReplacementLoss(const GearStats& stats,
   return {loss / static_cast<double>(stats.raw_samples.total()), replacement};
 }
 
-UpdateDecision DecideStatic(const GearSet& gears, const MemoryState& memory, double now) {
+namespace {
+
+// A decision that changes nothing yet: the gears as they are, the record's
+// header filled. The static and adaptive policies start from it.
+UpdateDecision UnchangedDecision(const GearSet& gears, const MemoryState& memory, double now) {
   UpdateDecision out;
   const int num_dims = gears.num_dimensions();
   UpdateRecord& rec = out.record;
-  rec.policy = UpdatePolicy::kStatic;
   rec.time = now;
   rec.memory = memory;
   rec.version_before = gears.version();
@@ -127,19 +130,19 @@ UpdateDecision DecideStatic(const GearSet& gears, const MemoryState& memory, dou
   return out;
 }
 
+}  // namespace
+
+UpdateDecision DecideStatic(const GearSet& gears, const MemoryState& memory, double now) {
+  UpdateDecision out = UnchangedDecision(gears, memory, now);
+  out.record.policy = UpdatePolicy::kStatic;
+  return out;
+}
+
 UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
                             const MemoryState& memory, const AdaptiveOptions& o, double now) {
-  UpdateDecision out;
+  UpdateDecision out = UnchangedDecision(gears, memory, now);
   const int num_dims = gears.num_dimensions();
   UpdateRecord& rec = out.record;
-  rec.time = now;
-  rec.memory = memory;
-  rec.version_before = gears.version();
-  rec.removed.resize(num_dims);
-  rec.added.resize(num_dims);
-  out.removed.resize(num_dims);
-  out.added.resize(num_dims);
-  out.next_gears.resize(num_dims);
 
   std::vector<std::unique_ptr<DimensionView>> views;
   for (int d = 0; d < num_dims; ++d) {
@@ -148,8 +151,6 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
       if (candidate.name == gears.dimension(d).name) ds = &candidate;
     }
     views.push_back(std::make_unique<DimensionView>(ds, gears.gears(d)));
-    rec.dimensions.push_back(gears.dimension(d).name);
-    out.next_gears[d].assign(gears.gears(d).begin(), gears.gears(d).end());
   }
 
   // --- scores and eviction, one dimension at a time ---
