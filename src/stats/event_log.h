@@ -90,11 +90,24 @@ class EventLog {
   };
 
   // The calling thread's ring (created on first use), or null past kMaxRings.
+  // The ring of the log the thread last used comes from a thread-local
+  // cache (keyed by the log's process-unique id, so a destroyed log's ring
+  // is never returned); any other from OwnRingSlow.
   Ring* OwnRing() noexcept;
+  Ring* OwnRingSlow() noexcept;
+  // AppendPlanGroup for a plan of several variant groups (off the common path).
+  AppendResult AppendSplitPlanGroup(Ring* ring, const Plan& plan, int group, double time) noexcept;
   // Space for one event in `ring`, or null when full.
   int64_t* Reserve(Ring* ring) noexcept;
   AppendResult Publish(Ring* ring) noexcept;
 
+  struct RingCache {
+    uint64_t log_id = 0;  // 0: none (ids start at 1)
+    Ring* ring = nullptr;
+  };
+  static thread_local constinit RingCache ring_cache_;
+
+  const uint64_t id_;  // process-unique, never reused
   const int num_dimensions_;
   const int stride_;
   const size_t capacity_;  // events per ring, a power of two
