@@ -80,7 +80,7 @@ double Plan::raw_volume() const {
   return volume;
 }
 
-bool Plan::FillSingleVariant(const GearSet& gears, std::span<const int64_t> raw, Plan* plan) {
+[[gnu::always_inline]] inline bool Plan::FillSingleVariant(const GearSet& gears, std::span<const int64_t> raw, Plan* plan) {
   const int n = gears.num_dimensions();
   if (static_cast<int>(raw.size()) != n || gears.scheme() != GearScheme::kIndependent) return false;
   for (int d = 0; d < n; ++d) {
@@ -105,6 +105,10 @@ bool Plan::FillSingleVariant(const GearSet& gears, std::span<const int64_t> raw,
 
 absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* plan) {
   if (Plan::FillSingleVariant(gears, raw, plan)) return absl::OkStatus();
+  return Plan::FillGeneral(gears, raw, plan);
+}
+
+absl::Status Plan::FillGeneral(const GearSet& gears, std::span<const int64_t> raw, Plan* plan) {
   const int n = gears.num_dimensions();
   if (static_cast<int>(raw.size()) != n) {
     return internal::InvalidField("dims", internal::Cat(raw.size(), " sizes"),

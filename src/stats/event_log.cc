@@ -73,12 +73,6 @@ EventLog::~EventLog() {
   for (auto& r : rings_) delete r.load(std::memory_order_acquire);
 }
 
-inline EventLog::Ring* EventLog::OwnRing() noexcept {
-  const RingCache& cache = ring_cache_;
-  if (cache.log_id == id_) return cache.ring;
-  return OwnRingSlow();
-}
-
 EventLog::Ring* EventLog::OwnRingSlow() noexcept {
   const int index = ThisThreadIndex();
   if (index >= kMaxRings) {
@@ -116,24 +110,7 @@ EventLog::AppendResult EventLog::Append(double time, int64_t count, const int64_
   return Publish(ring);
 }
 
-EventLog::AppendResult EventLog::AppendPlanGroup(const Plan& plan, int group_index,
-                                                 double time) noexcept {
-  Ring* ring = OwnRing();
-  if (plan.num_variant_groups() > 1) return AppendSplitPlanGroup(ring, plan, group_index, time);
-  // One group, the common case: every dimension's group 0, every variant.
-  int64_t* e = ring != nullptr ? Reserve(ring) : nullptr;
-  if (e == nullptr) return AppendResult::kFull;
-  e[0] = std::bit_cast<int64_t>(time);
-  e[1] = plan.num_variants();
-  for (int d = 0; d < num_dimensions_; ++d) {
-    const DimensionPlan& dp = plan.dimension(d);
-    e[2 + 2 * d] = dp.event_raw(0);
-    e[3 + 2 * d] = dp.event_gear(0);
-  }
-  return Publish(ring);
-}
-
-[[gnu::noinline]] EventLog::AppendResult EventLog::AppendSplitPlanGroup(Ring* ring, const Plan& plan,
+EventLog::AppendResult EventLog::AppendSplitPlanGroup(Ring* ring, const Plan& plan,
                                                                         int group_index,
                                                                         double time) noexcept {
   int64_t* e = ring != nullptr ? Reserve(ring) : nullptr;
