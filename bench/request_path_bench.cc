@@ -3,7 +3,7 @@
 // atomic snapshot pointer, two binary searches and a per-thread ring; a copy
 // of /work/shared/tools/request_path_floor.cc). Read the ratio from one run:
 //   build/bench/request_path_bench --benchmark_filter='BM_RequestPath(Floor)?/'
-//       --benchmark_min_time=0.5 --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//       --benchmark_min_time=0.5 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 // (one command line)
 // Target: BM_RequestPath within 4x of BM_RequestPathFloor on 1 and 2 threads.
 #include <benchmark/benchmark.h>

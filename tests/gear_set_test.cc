@@ -3,7 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <memory>
+#include <span>
+#include <vector>
 
 namespace gearbox {
 namespace {
@@ -68,6 +72,86 @@ TEST(GearSet, MapsToSmallestGearAtOrAbove) {
   EXPECT_EQ(set->MapToGear(0, 17), -1);
   EXPECT_EQ(set->version(), 1u);
   EXPECT_EQ(set->DebugString(), "BATCHSIZE=[1,4,16]");
+}
+
+// The gear index by an independent reference: std::lower_bound over the
+// list, the smallest gear for sizes at or below it, -1 above the largest.
+int ReferenceIndex(std::span<const int64_t> gears, int64_t raw) {
+  if (raw > gears.back()) return -1;
+  return static_cast<int>(std::lower_bound(gears.begin(), gears.end(), raw) - gears.begin());
+}
+
+void ExpectMapsLikeTheSearch(const GearSet& set, int d, int64_t raw) {
+  const std::span<const int64_t> g = set.gears(d);
+  const int want = ReferenceIndex(g, raw);
+  ASSERT_EQ(set.MapToGearIndex(d, raw), want) << "raw " << raw;
+  ASSERT_EQ(set.MapToGear(d, raw), want < 0 ? -1 : g[static_cast<size_t>(want)]) << "raw " << raw;
+  if (raw <= set.max_gear(d)) {
+    ASSERT_EQ(set.SearchGearIndex(d, raw), want) << "raw " << raw;
+  }
+}
+
+TEST(GearSet, SizeTableMapsEverySizeAsTheBinarySearchDoes) {
+  std::vector<int64_t> consecutive;  // 64 gears, many in one table entry's range of sizes
+  for (int64_t g = 1; g <= kMaxGearsPerDimension; ++g) consecutive.push_back(g * 3);
+  const std::vector<std::vector<int64_t>> lists = {
+      {1, 4, 16}, {7}, {1}, *MakeTimesGears(3, 100), *MakeTimesGears(16, 8192), consecutive,
+      {5, 6, 7, 8, 9, 1000, 1023, 1024, 1025, 40000},
+      *MakeTimesGears(1, int64_t{1} << 40), *MakeTimesGears(1, std::numeric_limits<int64_t>::max()),
+      {3, (int64_t{1} << 62) + 1, std::numeric_limits<int64_t>::max() - 1}};
+  for (const std::vector<int64_t>& list : lists) {
+    SCOPED_TRACE(testing::PrintToString(list));
+    auto set = GearSet::Create({{"SEQLEN", list, false, false}});
+    ASSERT_TRUE(set.ok());
+    const int64_t max = list.back();
+    EXPECT_EQ(set->max_gear(0), max);
+    // Every size up to a bound, each gear and its neighbours, each boundary
+    // between table entries (2^b and 2^b + 1) and its neighbours.
+    for (int64_t raw = 1; raw <= std::min<int64_t>(max, 20000); ++raw) ExpectMapsLikeTheSearch(*set, 0, raw);
+    for (int64_t g : list) {
+      for (int64_t raw : {g - 1, g}) ExpectMapsLikeTheSearch(*set, 0, raw);
+      if (g < std::numeric_limits<int64_t>::max()) ExpectMapsLikeTheSearch(*set, 0, g + 1);
+    }
+    for (int b = 0; b < 63; ++b) {
+      const int64_t p = int64_t{1} << b;
+      for (int64_t raw : {p - 1, p, p + 1, p + 2}) ExpectMapsLikeTheSearch(*set, 0, raw);
+    }
+    // Sizes below 1 map as 1 does; above the largest gear, to none.
+    for (int64_t raw : {int64_t{0}, int64_t{-5}, std::numeric_limits<int64_t>::min()}) {
+      EXPECT_EQ(set->MapToGearIndex(0, raw), 0);
+      EXPECT_EQ(set->MapToGear(0, raw), list.front());
+    }
+    if (max < std::numeric_limits<int64_t>::max()) {
+      for (int64_t raw : {max + 1, std::numeric_limits<int64_t>::max()}) {
+        EXPECT_EQ(set->MapToGearIndex(0, raw), -1);
+        EXPECT_EQ(set->MapToGear(0, raw), -1);
+      }
+    }
+  }
+}
+
+TEST(GearSet, LookupOfEachDimensionSurvivesCopiesAndWithGears) {
+  auto created = GearSet::Create(
+      {{"BATCHSIZE", {1, 2, 4, 8}, true, false}, {"SEQLEN", {16, 64, 256, 1000}, false, false}});
+  ASSERT_TRUE(created.ok());
+  auto original = std::make_unique<GearSet>(*std::move(created));
+  const GearSet copy = *original;  // a value: its lookup must not point into `original`
+  original.reset();
+  EXPECT_EQ(copy.MapToGear(0, 3), 4);
+  EXPECT_EQ(copy.MapToGear(0, 9), -1);
+  EXPECT_EQ(copy.MapToGear(1, 3), 16);
+  EXPECT_EQ(copy.MapToGear(1, 257), 1000);
+  EXPECT_EQ(copy.MapToGearIndex(1, 1000), 3);
+  EXPECT_EQ(copy.MapToGear(1, 1001), -1);
+  EXPECT_EQ(copy.max_gear(1), 1000);
+  auto next = copy.WithGears({{2, 50}, {300}}, 2, 1.0);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->MapToGear(0, 1), 2);
+  EXPECT_EQ(next->MapToGear(0, 3), 50);
+  EXPECT_EQ(next->MapToGear(0, 51), -1);
+  EXPECT_EQ(next->MapToGear(1, 1), 300);
+  EXPECT_EQ(next->MapToGear(1, 301), -1);
+  EXPECT_EQ(next->max_gear(0), 50);
 }
 
 TEST(GearSet, ValidatesDimensions) {

@@ -241,5 +241,59 @@ TEST(MakePlan, SparseSetsRunUncoveredCellsUncompiledAtTheirExtents) {
   EXPECT_EQ(plan->dimension(1).event_gear(rest.group[1]), 64);
 }
 
+TEST(MakePlan, AReusedPlanKeepsNothingOfItsPreviousRequest) {
+  // A plan object reused across requests and gear sets: a one-variant
+  // request after a split on a joint set is exactly a fresh plan's.
+  const GearSet joint = *GearSet::Create(
+      {{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 256}, false, false}}, 7, 0,
+      {GearScheme::kSparse, {{8, 64}}, 1.0});
+  const GearSet independent = BatchSeq({1, 4, 16}, {32, 128});
+  Plan plan;
+  const int64_t split[] = {19, 50};
+  ASSERT_TRUE(MakePlan(joint, split, &plan).ok());
+  ASSERT_TRUE(plan.any_uncompiled());
+  const int64_t one[] = {3, 100};
+  ASSERT_TRUE(MakePlan(independent, one, &plan).ok());
+  auto fresh = MakePlan(independent, one);
+  ASSERT_TRUE(fresh.ok());
+  for (const Plan* p : {&plan, &*fresh}) {
+    EXPECT_EQ(p->snapshot_version(), 1u);
+    EXPECT_EQ(p->num_dimensions(), 2);
+    EXPECT_EQ(p->num_variants(), 1);
+    EXPECT_EQ(p->num_variant_groups(), 1);
+    EXPECT_FALSE(p->any_split());
+    EXPECT_FALSE(p->any_uncompiled());
+    const VariantGroup vg = p->variant_group(0);
+    EXPECT_EQ(vg.count, 1);
+    EXPECT_EQ(vg.gear[0], 4);
+    EXPECT_EQ(vg.gear[1], 128);
+    for (int d = 0; d < 2; ++d) {
+      const DimensionPlan& dp = p->dimension(d);
+      EXPECT_EQ(dp.raw, one[d]);
+      EXPECT_EQ(dp.num_groups, 1);
+      EXPECT_EQ(dp.groups[0].extent, one[d]);
+      EXPECT_EQ(dp.groups[0].count, 1);
+      EXPECT_EQ(dp.groups[0].offset, 0);
+      EXPECT_EQ(dp.event_raw(0), one[d]);
+      EXPECT_EQ(dp.event_gear(0), vg.gear[d]);
+    }
+    EXPECT_EQ(p->dimension(0).max_gear, 16);
+    EXPECT_EQ(p->dimension(1).max_gear, 128);
+    EXPECT_DOUBLE_EQ(p->padded_volume(), 4 * 128.0);
+  }
+  // At the largest gear: still one variant; one above it: the general path.
+  const int64_t at_max[] = {16, 128};
+  ASSERT_TRUE(MakePlan(independent, at_max, &plan).ok());
+  EXPECT_TRUE(plan.exact());
+  const int64_t above[] = {17, 128};
+  ASSERT_TRUE(MakePlan(independent, above, &plan).ok());
+  EXPECT_TRUE(plan.any_split());
+  EXPECT_EQ(plan.num_variants(), 2);
+  const int64_t too_long[] = {3, 129};
+  EXPECT_FALSE(MakePlan(independent, too_long, &plan).ok());
+  const int64_t zero[] = {0, 1};
+  EXPECT_FALSE(MakePlan(independent, zero, &plan).ok());
+}
+
 }  // namespace
 }  // namespace gearbox

@@ -4,6 +4,7 @@
 #define GEARBOX_GEAR_SET_H_
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -107,20 +108,40 @@ class GearSet {
   int FindDimension(std::string_view name) const;
 
   std::span<const int64_t> gears(int d) const { return dimensions_[d].gears; }
-  int64_t max_gear(int d) const { return dimensions_[d].gears.back(); }
+  int64_t max_gear(int d) const { return lookup_[static_cast<size_t>(d)].max_gear; }
   int64_t min_gear(int d) const { return dimensions_[d].gears.front(); }
   bool Contains(int d, int64_t gear) const;
   // The gear a raw size maps to: the smallest gear >= raw (the smallest gear
   // for any raw at or below it). Returns -1 when raw exceeds the largest gear.
   int64_t MapToGear(int d, int64_t raw) const {
-    const int64_t* gear = FindGear(d, raw);
-    return gear == nullptr ? -1 : *gear;
+    const int index = MapToGearIndex(d, raw);
+    return index < 0 ? -1 : lookup_gears_[lookup_[static_cast<size_t>(d)].gears_offset + static_cast<size_t>(index)];
   }
 
   // The index of MapToGear's gear in gears(d), or -1 above the largest.
+  // One load from a 64-entry table built at creation, indexed by the bit
+  // width of raw - 1 (sizes in (2^(b-1), 2^b] share entry b), narrows the
+  // answer to the gears inside that range of sizes; a branch-free binary
+  // search over those finishes it (nothing to search on a powers-of-two
+  // ladder: one candidate per range).
   int MapToGearIndex(int d, int64_t raw) const {
-    const int64_t* gear = FindGear(d, raw);
-    return gear == nullptr ? -1 : static_cast<int>(gear - dimensions_[d].gears.data());
+    const Lookup& l = lookup_[static_cast<size_t>(d)];
+    if (raw > l.max_gear) return -1;
+    const SizeRange r = l.ranges[static_cast<size_t>(SizeRangeOf(raw))];
+    return r.first + SearchIndex(lookup_gears_.data() + l.gears_offset + r.first, r.count, raw);
+  }
+
+  // Which entry of the table sizes map through: the bit width of raw - 1
+  // (0 for raw <= 1), so 0..63.
+  static int SizeRangeOf(int64_t raw) {
+    return static_cast<int>(std::bit_width(raw < 1 ? uint64_t{0} : static_cast<uint64_t>(raw - 1)));
+  }
+  // MapToGearIndex by binary search over all gears of d (no table), for
+  // any raw <= the largest gear. What the table is built from and checked
+  // against.
+  int SearchGearIndex(int d, int64_t raw) const {
+    const Lookup& l = lookup_[static_cast<size_t>(d)];
+    return SearchIndex(lookup_gears_.data() + l.gears_offset, l.num_gears, raw);
   }
 
   GearScheme scheme() const { return scheme_; }
@@ -153,22 +174,38 @@ class GearSet {
 
  private:
   GearSet() = default;
-  // The smallest gear >= raw (the smallest for any raw at or below it), or
-  // nullptr above the largest. Branch-free binary search: request sizes are
-  // unpredictable.
-  const int64_t* FindGear(int d, int64_t raw) const {
-    const std::vector<int64_t>& g = dimensions_[d].gears;
-    if (raw > g.back()) return nullptr;
-    const int64_t* base = g.data();
-    size_t n = g.size();
-    while (n > 1) {
-      const size_t half = n / 2;
+  // Builds lookup_ and lookup_gears_ from dimensions_.
+  void BuildLookup();
+  // Index of the smallest of gears[0..n) >= raw (the last for raw above
+  // them all); n >= 1. Branch-free: request sizes are unpredictable.
+  static int SearchIndex(const int64_t* gears, int n, int64_t raw) {
+    const int64_t* base = gears;
+    size_t count = static_cast<size_t>(n);
+    while (count > 1) {
+      const size_t half = count / 2;
       base = (base[half - 1] < raw) ? base + half : base;
-      n -= half;
+      count -= half;
     }
-    return base;
+    return static_cast<int>(base - gears);
   }
+
+  // The gears the sizes of one table entry can map to: indices
+  // first..first + count - 1.
+  struct SizeRange {
+    uint8_t first = 0;
+    uint8_t count = 1;
+  };
+  // What mapping reads per dimension, next to each other (an offset, not a
+  // pointer: a GearSet is copied as a value).
+  struct Lookup {
+    int64_t max_gear = 0;
+    size_t gears_offset = 0;  // the dimension's gears in lookup_gears_
+    int num_gears = 0;
+    std::array<SizeRange, 64> ranges{};  // by SizeRangeOf(raw)
+  };
   std::vector<DimensionSpec> dimensions_;
+  std::array<Lookup, kMaxDimensions> lookup_{};
+  std::vector<int64_t> lookup_gears_;  // every dimension's gears, one after another
   GearScheme scheme_ = GearScheme::kIndependent;
   std::vector<GearCombination> combinations_;
   double cover_ratio_ = 1.0;

@@ -102,6 +102,14 @@ class Plan {
 
  private:
   friend absl::Status MakePlan(const GearSet&, std::span<const int64_t>, Plan*);
+  // The common case, without the general machinery: an independent gear
+  // set and every size in 1..its dimension's largest gear (one variant, no
+  // split, no eager dimension). Returns false, *plan then unspecified, for
+  // anything else (MakePlan's general path plans it or reports the error).
+  static bool FillSingleVariant(const GearSet& gears, std::span<const int64_t> raw, Plan* plan);
+  // Everything else: splits, eager dimensions, joint and sparse sets, errors.
+  [[gnu::noinline]] static absl::Status FillGeneral(const GearSet& gears, std::span<const int64_t> raw,
+                                                    Plan* plan);
   // Joint and sparse gear sets: fills joint_groups_ (off the common path).
   [[gnu::noinline]] static void AssignCombinations(const GearSet& gears, Plan* plan);
   // Joint and sparse gear sets: per variant group (kJointDimensions

@@ -132,6 +132,7 @@ absl::StatusOr<GearSet> GearSet::Create(std::vector<DimensionSpec> dimensions, u
   }
   GearSet set;
   set.dimensions_ = std::move(dimensions);
+  set.BuildLookup();
   set.version_ = version;
   set.created_at_ = created_at;
   set.scheme_ = combinations.scheme;
@@ -188,6 +189,29 @@ absl::StatusOr<GearSet> GearSet::Create(std::vector<DimensionSpec> dimensions, u
     }
   }
   return set;
+}
+
+void GearSet::BuildLookup() {
+  lookup_gears_.clear();
+  for (size_t d = 0; d < dimensions_.size(); ++d) {
+    const std::vector<int64_t>& g = dimensions_[d].gears;
+    Lookup& l = lookup_[d];
+    l.max_gear = g.back();
+    l.num_gears = static_cast<int>(g.size());
+    l.gears_offset = lookup_gears_.size();
+    lookup_gears_.insert(lookup_gears_.end(), g.begin(), g.end());
+    // Entry b covers the sizes (2^(b-1), 2^b] (entry 0: sizes <= 1): they
+    // map to the gears from the smallest size's to the largest's. Entries
+    // above the largest gear are never read (MapToGearIndex returns -1).
+    for (int b = 0; b < 64; ++b) {
+      const int64_t lowest = b == 0 ? 1 : (int64_t{1} << (b - 1)) + 1;
+      if (lowest > l.max_gear) break;
+      const int64_t highest = b == 63 ? l.max_gear : std::min(int64_t{1} << b, l.max_gear);
+      const int first = SearchGearIndex(static_cast<int>(d), lowest);
+      const int last = SearchGearIndex(static_cast<int>(d), highest);
+      l.ranges[static_cast<size_t>(b)] = {static_cast<uint8_t>(first), static_cast<uint8_t>(last - first + 1)};
+    }
+  }
 }
 
 int GearSet::FindDimension(std::string_view name) const {

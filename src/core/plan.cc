@@ -80,7 +80,35 @@ double Plan::raw_volume() const {
   return volume;
 }
 
+[[gnu::always_inline]] inline bool Plan::FillSingleVariant(const GearSet& gears, std::span<const int64_t> raw, Plan* plan) {
+  const int n = gears.num_dimensions();
+  if (static_cast<int>(raw.size()) != n || gears.scheme() != GearScheme::kIndependent) return false;
+  for (int d = 0; d < n; ++d) {
+    const int64_t size = raw[d];
+    const int64_t max = gears.max_gear(d);
+    if (size < 1 || size > max) return false;
+    DimensionPlan& dp = plan->dimensions_[d];
+    dp.raw = size;
+    dp.max_gear = max;
+    dp.split = false;
+    dp.eager = false;
+    dp.num_groups = 1;
+    dp.groups[0] = {gears.MapToGear(d, size), size, 1, 0};
+  }
+  plan->snapshot_version_ = gears.version();
+  plan->joint_ = false;
+  plan->num_dimensions_ = n;
+  plan->num_variant_groups_ = 1;
+  plan->num_variants_ = 1;
+  return true;
+}
+
 absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* plan) {
+  if (Plan::FillSingleVariant(gears, raw, plan)) return absl::OkStatus();
+  return Plan::FillGeneral(gears, raw, plan);
+}
+
+absl::Status Plan::FillGeneral(const GearSet& gears, std::span<const int64_t> raw, Plan* plan) {
   const int n = gears.num_dimensions();
   if (static_cast<int>(raw.size()) != n) {
     return internal::InvalidField("dims", internal::Cat(raw.size(), " sizes"),

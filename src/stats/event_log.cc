@@ -54,8 +54,18 @@ int ThisThreadIndex() noexcept {
   return index;
 }
 
+namespace {
+
+// Ids of EventLogs: a thread's ring cache names its log by id, not address.
+std::atomic<uint64_t> g_next_log_id{1};
+
+}  // namespace
+
+thread_local constinit EventLog::RingCache EventLog::ring_cache_{};
+
 EventLog::EventLog(int num_dimensions, size_t ring_events)
-    : num_dimensions_(num_dimensions),
+    : id_(g_next_log_id.fetch_add(1, std::memory_order_relaxed)),
+      num_dimensions_(num_dimensions),
       stride_(2 + 2 * num_dimensions),
       capacity_(std::bit_ceil(std::max<size_t>(ring_events, 2))) {}
 
@@ -63,11 +73,17 @@ EventLog::~EventLog() {
   for (auto& r : rings_) delete r.load(std::memory_order_acquire);
 }
 
-EventLog::Ring* EventLog::OwnRing() noexcept {
+EventLog::Ring* EventLog::OwnRingSlow() noexcept {
   const int index = ThisThreadIndex();
-  if (index >= kMaxRings) return nullptr;
+  if (index >= kMaxRings) {
+    ring_cache_ = {id_, nullptr};  // a thread keeps its index while it lives
+    return nullptr;
+  }
   Ring* ring = rings_[index].load(std::memory_order_acquire);
-  if (ring != nullptr) return ring;
+  if (ring != nullptr) {
+    ring_cache_ = {id_, ring};
+    return ring;
+  }
   // Only the thread holding `index` creates its ring: no race on the slot.
   ring = new Ring(capacity_ * static_cast<size_t>(stride_));
   rings_[index].store(ring, std::memory_order_release);
@@ -76,6 +92,7 @@ EventLog::Ring* EventLog::OwnRing() noexcept {
          !ring_limit_.compare_exchange_weak(limit, index + 1, std::memory_order_release,
                                             std::memory_order_relaxed)) {
   }
+  ring_cache_ = {id_, ring};
   return ring;
 }
 
@@ -93,34 +110,30 @@ EventLog::AppendResult EventLog::Append(double time, int64_t count, const int64_
   return Publish(ring);
 }
 
-EventLog::AppendResult EventLog::AppendPlanGroup(const Plan& plan, int group_index,
-                                                 double time) noexcept {
-  Ring* ring = OwnRing();
+EventLog::AppendResult EventLog::AppendSplitPlanGroup(Ring* ring, const Plan& plan,
+                                                                        int group_index,
+                                                                        double time) noexcept {
   int64_t* e = ring != nullptr ? Reserve(ring) : nullptr;
   if (e == nullptr) return AppendResult::kFull;
   // The event names the group of each dimension (its raw size and cell
-  // gear) and how many variants. One group, the common case: every group
-  // index is 0.
-  int group[kMaxDimensions] = {};
-  int64_t count = plan.num_variants();
-  if (plan.num_variant_groups() > 1) {
-    const VariantGroup vg = plan.variant_group(group_index);
-    std::copy(vg.group, vg.group + num_dimensions_, group);
-    count = vg.count;
-  }
+  // gear) and how many variants.
+  const VariantGroup vg = plan.variant_group(group_index);
   e[0] = std::bit_cast<int64_t>(time);
-  e[1] = count;
+  e[1] = vg.count;
   for (int d = 0; d < num_dimensions_; ++d) {
     const DimensionPlan& dp = plan.dimension(d);
-    e[2 + 2 * d] = dp.event_raw(group[d]);
-    e[3 + 2 * d] = dp.event_gear(group[d]);
+    e[2 + 2 * d] = dp.event_raw(vg.group[d]);
+    e[3 + 2 * d] = dp.event_gear(vg.group[d]);
   }
   return Publish(ring);
 }
 
 void EventLog::CountDropped(uint64_t events) noexcept {
-  const int index = ThisThreadIndex();
-  Ring* ring = index < kMaxRings ? rings_[index].load(std::memory_order_acquire) : nullptr;
+  Ring* ring = ring_cache_.log_id == id_ ? ring_cache_.ring : nullptr;
+  if (ring == nullptr) {  // not cached (or past kMaxRings): never creates a ring
+    const int index = ThisThreadIndex();
+    ring = index < kMaxRings ? rings_[index].load(std::memory_order_acquire) : nullptr;
+  }
   if (ring == nullptr) {
     overflow_dropped_.fetch_add(events, std::memory_order_relaxed);
     return;

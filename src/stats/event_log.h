@@ -90,11 +90,24 @@ class EventLog {
   };
 
   // The calling thread's ring (created on first use), or null past kMaxRings.
+  // The ring of the log the thread last used comes from a thread-local
+  // cache (keyed by the log's process-unique id, so a destroyed log's ring
+  // is never returned); any other from OwnRingSlow.
   Ring* OwnRing() noexcept;
+  [[gnu::noinline]] Ring* OwnRingSlow() noexcept;
+  // AppendPlanGroup for a plan of several variant groups (off the common path).
+  [[gnu::noinline]] AppendResult AppendSplitPlanGroup(Ring* ring, const Plan& plan, int group, double time) noexcept;
   // Space for one event in `ring`, or null when full.
   int64_t* Reserve(Ring* ring) noexcept;
   AppendResult Publish(Ring* ring) noexcept;
 
+  struct RingCache {
+    uint64_t log_id = 0;  // 0: none (ids start at 1)
+    Ring* ring = nullptr;
+  };
+  static thread_local constinit RingCache ring_cache_;
+
+  const uint64_t id_;  // process-unique, never reused
   const int num_dimensions_;
   const int stride_;
   const size_t capacity_;  // events per ring, a power of two
@@ -102,6 +115,29 @@ class EventLog {
   std::atomic<int> ring_limit_{0};             // 1 + the highest index with a ring
   std::atomic<uint64_t> overflow_dropped_{0};  // threads past kMaxRings
 };
+
+inline EventLog::Ring* EventLog::OwnRing() noexcept {
+  const RingCache& cache = ring_cache_;
+  if (cache.log_id == id_) return cache.ring;
+  return OwnRingSlow();
+}
+
+inline EventLog::AppendResult EventLog::AppendPlanGroup(const Plan& plan, int group_index,
+                                                        double time) noexcept {
+  Ring* ring = OwnRing();
+  if (plan.num_variant_groups() > 1) return AppendSplitPlanGroup(ring, plan, group_index, time);
+  // One group, the common case: every dimension's group 0, every variant.
+  int64_t* e = ring != nullptr ? Reserve(ring) : nullptr;
+  if (e == nullptr) return AppendResult::kFull;
+  e[0] = std::bit_cast<int64_t>(time);
+  e[1] = plan.num_variants();
+  for (int d = 0; d < num_dimensions_; ++d) {
+    const DimensionPlan& dp = plan.dimension(d);
+    e[2 + 2 * d] = dp.event_raw(0);
+    e[3 + 2 * d] = dp.event_gear(0);
+  }
+  return Publish(ring);
+}
 
 inline int64_t* EventLog::Reserve(Ring* ring) noexcept {
   const uint64_t head = ring->head.load(std::memory_order_relaxed);
