@@ -26,7 +26,11 @@ void BM_CaptureInstantiate(benchmark::State& state) {
     benchmark::DoNotOptimize(exe);
   }
 }
-BENCHMARK(BM_CaptureInstantiate)->Args({1, 128})->Args({8, 512})->Args({32, 2048})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CaptureInstantiate)
+    ->Args({1, 128})
+    ->Args({8, 512})
+    ->Args({32, 2048})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_Replay(benchmark::State& state) {
   auto backend = Make();
@@ -43,7 +47,11 @@ void BM_Replay(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(x.size() * sizeof(float) * 2));
 }
-BENCHMARK(BM_Replay)->Args({1, 128})->Args({8, 512})->Args({32, 2048})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Replay)
+    ->Args({1, 128})
+    ->Args({8, 512})
+    ->Args({32, 2048})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace gearbox

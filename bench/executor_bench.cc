@@ -59,8 +59,9 @@ struct Setup {
     RuntimeOptions o;
     o.pool = &pool;
     o.start_worker = true;
-    runtime = *AdaptiveGearRuntime::Create(
-        {{"BATCHSIZE", *MakeTimesGears(1, 8), true, false}, {"SEQLEN", *MakeTimesGears(16, 4096), false, false}}, o);
+    runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", *MakeTimesGears(1, 8), true, false},
+                                            {"SEQLEN", *MakeTimesGears(16, 4096), false, false}},
+                                           o);
   }
 };
 
@@ -68,7 +69,8 @@ struct Buffers {
   std::vector<float> x, y;
   int64_t shape[3];
   DLTensor in{}, out{};
-  Buffers(int64_t b, int64_t s, int64_t h) : x(static_cast<size_t>(b * s * h), 0.5f), y(x.size()), shape{b, s, h} {
+  Buffers(int64_t b, int64_t s, int64_t h)
+      : x(static_cast<size_t>(b * s * h), 0.5f), y(x.size()), shape{b, s, h} {
     in = DLTensor{x.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
     out = DLTensor{y.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, nullptr, 0};
   }
@@ -81,10 +83,14 @@ struct Case {
 };
 Case BenchCase(int64_t index) {
   switch (index) {
-    case 0: return {8, 256, 64, {{8, 256}}};           // exact gear: zero copy
-    case 1: return {1, 20, 8, {{1, 32}}};              // padded
-    case 2: return {12, 16, 8, {{8, 16}, {4, 16}}};    // split: two chunks
-    default: return {3, 20, 8, {{4, 32}}};             // padded in both dimensions
+    case 0:
+      return {8, 256, 64, {{8, 256}}};  // exact gear: zero copy
+    case 1:
+      return {1, 20, 8, {{1, 32}}};  // padded
+    case 2:
+      return {12, 16, 8, {{8, 16}, {4, 16}}};  // split: two chunks
+    default:
+      return {3, 20, 8, {{4, 32}}};  // padded in both dimensions
   }
 }
 const char* CaseName(int64_t index) {
@@ -107,7 +113,8 @@ void BM_Executor(benchmark::State& state) {
   const ExecutorStats st = executor->stats();
   state.SetLabel(CaseName(state.range(0)));
   state.counters["variants"] = static_cast<double>(st.variants) / static_cast<double>(st.requests);
-  state.counters["zero_copy"] = static_cast<double>(st.zero_copy_requests) / static_cast<double>(st.requests);
+  state.counters["zero_copy"] =
+      static_cast<double>(st.zero_copy_requests) / static_cast<double>(st.requests);
 }
 BENCHMARK(BM_Executor)->DenseRange(0, 3);
 
@@ -124,7 +131,8 @@ void BM_DirectCall(benchmark::State& state) {
     for (size_t v = 0; v < exes.size(); ++v) {
       const DLTensor in[] = {bufs[v]->in};
       const DLTensor out[] = {bufs[v]->out};
-      benchmark::DoNotOptimize(exes[v]->Run(in, out, {2, c.variants[v].data(), c.variants[v].data()}));
+      benchmark::DoNotOptimize(
+          exes[v]->Run(in, out, {2, c.variants[v].data(), c.variants[v].data()}));
     }
   }
   state.SetLabel(CaseName(state.range(0)));
@@ -182,8 +190,12 @@ void BM_OneDnnRun(benchmark::State& state) {
   state.counters["useful_tokens"] = static_cast<double>(seq);
 }
 BENCHMARK(BM_OneDnnRun)
-    ->Args({256, 256})->Args({257, 512})->Args({384, 512})->Args({512, 512})
-    ->Args({1024, 1024})->Args({600, 1024})
+    ->Args({256, 256})
+    ->Args({257, 512})
+    ->Args({384, 512})
+    ->Args({512, 512})
+    ->Args({1024, 1024})
+    ->Args({600, 1024})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -72,7 +72,8 @@ void BM_RequestPathFloor(benchmark::State& state) {
   thread_local size_t head = 0;
   std::mt19937 rng(42 + static_cast<unsigned>(state.thread_index()));
   std::vector<std::pair<int, int>> reqs(4096);
-  for (auto& r : reqs) r = {static_cast<int>(rng() % 512) + 1, static_cast<int>(rng() % 100000) + 1};
+  for (auto& r : reqs)
+    r = {static_cast<int>(rng() % 512) + 1, static_cast<int>(rng() % 100000) + 1};
   size_t i = 0;
   double t = 0;
   for (auto _ : state) {
@@ -81,8 +82,13 @@ void BM_RequestPathFloor(benchmark::State& state) {
     const int gb = *std::lower_bound(s->batch.begin(), s->batch.begin() + s->nb, b);
     const int gs = *std::lower_bound(s->seq.begin(), s->seq.begin() + s->ns, q);
     FloorEvent& e = ring[head++ & (ring.size() - 1)];
-    e = {b, q, gb, gs, static_cast<float>(gb - b) / static_cast<float>(gb),
-         static_cast<float>(gs - q) / static_cast<float>(gs), t += 1e-3};
+    e = {b,
+         q,
+         gb,
+         gs,
+         static_cast<float>(gb - b) / static_cast<float>(gb),
+         static_cast<float>(gs - q) / static_cast<float>(gs),
+         t += 1e-3};
     benchmark::DoNotOptimize(e);
   }
   state.SetItemsProcessed(state.iterations());

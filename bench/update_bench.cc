@@ -41,7 +41,8 @@ struct Loaded {
     o.clock = &clock;
     o.pool = &pool;
     o.start_worker = false;
-    if (frozen) o.adaptive.recent_use_protect_seconds = 1e9;  // every gear protected; additions capped below
+    if (frozen)
+      o.adaptive.recent_use_protect_seconds = 1e9;  // every gear protected; additions capped below
     runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", SixtyFourGears(1, 1.06), true, false},
                                             {"SEQLEN", SixtyFourGears(16, 1.1), false, false}},
                                            o);

@@ -35,7 +35,8 @@ void SetUpDirectory() {
   static bool done = false;
   if (done) return;
   done = true;
-  std::string pattern = (std::filesystem::temp_directory_path() / "gearbox-cli-fuzz-XXXXXX").string();
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "gearbox-cli-fuzz-XXXXXX").string();
   if (mkdtemp(pattern.data()) == nullptr || chdir(pattern.c_str()) != 0) std::abort();
   // Removed at exit (libFuzzer's artifacts go to -artifact_prefix, not here).
   static const std::string directory = pattern;
@@ -48,8 +49,9 @@ void SetUpDirectory() {
   std::ofstream trace("t.csv");
   trace << "t,SEQLEN\n";
   for (int i = 0; i < 50; ++i) trace << i << "," << (1 + i % 20) << "\n";
-  std::ofstream("a.csv") << "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,374,44\n"
-                            "2023-11-16 18:15:47.0,396,109\n";
+  std::ofstream("a.csv")
+      << "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,374,44\n"
+         "2023-11-16 18:15:47.0,396,109\n";
   // The tools' tables go to stdout: keep the fuzzer's output readable.
   const int null = open("/dev/null", O_WRONLY);
   if (null >= 0) dup2(null, STDOUT_FILENO);
@@ -83,8 +85,8 @@ void RunPair(std::string_view text) {
   std::ofstream("p.csv", std::ios::trunc) << text.substr(split + 4);
   CheckExitCode(Run({"gearbox", "validate", "--config", "p.json", "--trace", "p.csv"}));
   CheckExitCode(Run({"gearbox", "replay", "--config", "p.json", "--trace", "p.csv", "--policy",
-                     "static,adaptive,replan", "--bucket-seconds", "3600", "--max-updates", "2000", "--summary",
-                     "p.out.json"}));
+                     "static,adaptive,replan", "--bucket-seconds", "3600", "--max-updates", "2000",
+                     "--summary", "p.out.json"}));
 }
 
 }  // namespace

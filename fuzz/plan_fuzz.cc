@@ -26,7 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Two dimensions may be joint or sparse, with any combinations.
   gearbox::CombinationSpec combinations;
   if (dims == 2 && in.ConsumeBool()) {
-    combinations.scheme = in.ConsumeBool() ? gearbox::GearScheme::kJoint : gearbox::GearScheme::kSparse;
+    combinations.scheme =
+        in.ConsumeBool() ? gearbox::GearScheme::kJoint : gearbox::GearScheme::kSparse;
     const int n = in.ConsumeIntegralInRange<int>(0, 8);
     for (int i = 0; i < n; ++i) {
       combinations.combinations.push_back(

@@ -38,15 +38,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   Counters counters;
   {
-    gearbox::GraphResourcePool pool(gearbox::PoolOptions{3, [](gearbox::LogLevel, std::string_view) {}});
+    gearbox::GraphResourcePool pool(
+        gearbox::PoolOptions{3, [](gearbox::LogLevel, std::string_view) {}});
     std::set<gearbox::GraphKey> live, pending;
     std::vector<gearbox::GraphKey> all;
     std::map<gearbox::GraphKey, std::shared_ptr<gearbox::GraphResource>> held;
     while (in.remaining_bytes() > 0) {
       switch (in.ConsumeIntegralInRange<int>(0, 5)) {
         case 0: {
-          const gearbox::GraphKey k =
-              pool.Register(std::make_shared<Graph>(&counters, in.ConsumeIntegralInRange<int>(0, 4)));
+          const gearbox::GraphKey k = pool.Register(
+              std::make_shared<Graph>(&counters, in.ConsumeIntegralInRange<int>(0, 4)));
           live.insert(k);
           pending.insert(k);
           all.push_back(k);

@@ -24,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gearbox::ManualClock clock(0);
   int alive = 0;
   {
-    gearbox::GraphResourcePool pool(gearbox::PoolOptions{3, [](gearbox::LogLevel, std::string_view) {}});
+    gearbox::GraphResourcePool pool(
+        gearbox::PoolOptions{3, [](gearbox::LogLevel, std::string_view) {}});
     gearbox::FixedMemoryProbe probe(0.5);
     gearbox::RuntimeOptions o;
     o.clock = &clock;
@@ -88,7 +89,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (!r.ok()) __builtin_trap();
           gearbox::SnapshotRef s = rt.GetSnapshot();
           for (int d = 0; d < s->num_dimensions(); ++d) {
-            if (static_cast<int>(s->gears(d).size()) > o.adaptive.max_gears_per_type) __builtin_trap();
+            if (static_cast<int>(s->gears(d).size()) > o.adaptive.max_gears_per_type)
+              __builtin_trap();
           }
           gearbox::CombinationSpec spec{s->scheme(), s->combinations(), s->cover_ratio()};
           if (!gearbox::GearSet::Create(s->dimensions(), 1, 0.0, spec).ok()) __builtin_trap();

@@ -56,19 +56,22 @@ class Cli : public ::testing::Test {
     Write("config.json", R"({"dims": [{"name": "SEQLEN", "gears": [4, 8, 16]}],
                              "adaptive": {"recent_use_protect_seconds": 0}})");
     std::string trace = "t,SEQLEN\n";
-    for (int i = 0; i < 2000; ++i) trace += std::to_string(i) + "," + std::to_string(1 + i % 15) + "\n";
+    for (int i = 0; i < 2000; ++i)
+      trace += std::to_string(i) + "," + std::to_string(1 + i % 15) + "\n";
     Write("trace.csv", trace);
   }
   void TearDown() override { fs::remove_all(dir_); }
-  void Write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
   std::string P(const std::string& name) const { return (dir_ / name).string(); }
   fs::path dir_;
 };
 
 TEST_F(Cli, ReplayWritesDecisionsSummaryAndPlot) {
   const ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
-                     " --policy static,adaptive --optimum --decisions " + P("d.jsonl") +
-                     " --summary " + P("s.json") + " --plot " + P("p.png"));
+                         " --policy static,adaptive --optimum --decisions " + P("d.jsonl") +
+                         " --summary " + P("s.json") + " --plot " + P("p.png"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("padding waste"));
   EXPECT_THAT(r.output, HasSubstr("offline optimum"));
@@ -95,12 +98,13 @@ TEST_F(Cli, ReplayComparesGearSchemesOnTwoDimensions) {
                                  {"name": "SEQLEN", "gears": [64, 256, 1024]}]})");
   std::string trace = "t,BATCHSIZE,SEQLEN\n";
   for (int i = 0; i < 3000; ++i) {
-    trace += std::to_string(i * 0.2) + "," + std::to_string(1 + i % 7) + "," + std::to_string(40 + (i * 37) % 900) + "\n";
+    trace += std::to_string(i * 0.2) + "," + std::to_string(1 + i % 7) + "," +
+             std::to_string(40 + (i * 37) % 900) + "\n";
   }
   Write("two.csv", trace);
   const ToolRun r = Tool("replay --config " + P("two.json") + " --trace " + P("two.csv") +
-                         " --policy static,replan --scheme independent,joint,sparse --summary " + P("s.json") +
-                         " --decisions " + P("d.jsonl"));
+                         " --policy static,replan --scheme independent,joint,sparse --summary " +
+                         P("s.json") + " --decisions " + P("d.jsonl"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("replan/joint"));
   EXPECT_THAT(r.output, HasSubstr("graphs alive: average / peak"));
@@ -114,7 +118,8 @@ TEST_F(Cli, ReplayComparesGearSchemesOnTwoDimensions) {
     saw_combinations |= nlohmann::json::parse(line).contains("combinations");
   }
   EXPECT_TRUE(saw_combinations);
-  const ToolRun bad = Tool("replay --config " + P("two.json") + " --trace " + P("two.csv") + " --scheme diagonal");
+  const ToolRun bad =
+      Tool("replay --config " + P("two.json") + " --trace " + P("two.csv") + " --scheme diagonal");
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.output, HasSubstr("--scheme: \"diagonal\""));
 }
@@ -132,16 +137,18 @@ TEST_F(Cli, ReplayRunsRequestedUpdatesAfterTheLastRow) {
   EXPECT_EQ(j["replay_seconds"], 3000.0);
   std::vector<double> times;
   std::ifstream decisions(P("d.jsonl"));
-  for (std::string line; std::getline(decisions, line);) times.push_back(nlohmann::json::parse(line)["time"]);
+  for (std::string line; std::getline(decisions, line);)
+    times.push_back(nlohmann::json::parse(line)["time"]);
   EXPECT_THAT(times, ::testing::ElementsAre(1000.0, 2500.0, 3000.0));
 }
 
 TEST_F(Cli, ExecutedReplayRunsRequestedUpdatesAfterItsLastRow) {
   // 40 rows (0..39 s) through a tiny oneDNN block; 100 comes after the last one.
-  const ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
-                         " --policy adaptive --update-at 20,100 --execute onednn --backend-param hidden=8"
-                         " --backend-param heads=2 --max-requests 40 --memory-budget-mb 64 --summary " +
-                         P("s.json"));
+  const ToolRun r =
+      Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+           " --policy adaptive --update-at 20,100 --execute onednn --backend-param hidden=8"
+           " --backend-param heads=2 --max-requests 40 --memory-budget-mb 64 --summary " +
+           P("s.json"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("executed on onednn (40 requests)"));
   std::ifstream summary(P("s.json"));
@@ -155,8 +162,9 @@ TEST_F(Cli, ExecutedReplayRunsRequestedUpdatesAfterItsLastRow) {
 
 TEST_F(Cli, BadTraceFailsWithTheLineAndLeavesNoOutputs) {
   Write("bad.csv", "t,SEQLEN\n0,4\n1,four\n");
-  const ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("bad.csv") +
-                     " --decisions " + P("d.jsonl") + " --summary " + P("s.json") + " --plot " + P("p.png"));
+  const ToolRun r =
+      Tool("replay --config " + P("config.json") + " --trace " + P("bad.csv") + " --decisions " +
+           P("d.jsonl") + " --summary " + P("s.json") + " --plot " + P("p.png"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.output, HasSubstr("bad.csv line 3, column SEQLEN: \"four\""));
   for (const char* f : {"d.jsonl", "s.json", "p.png"}) EXPECT_FALSE(fs::exists(P(f))) << f;
@@ -183,16 +191,19 @@ TEST_F(Cli, PlanPrintsTheOptimum) {
 }
 
 TEST_F(Cli, TraceConvertAzureAndFailureLeavesNothing) {
-  Write("azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,374,44\n"
-                     "2023-11-16 18:15:47.0,396,109\n");
-  ToolRun r = Tool("trace convert --format azure --input " + P("azure.csv") + " --output " + P("out.csv"));
+  Write("azure.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,374,44\n"
+        "2023-11-16 18:15:47.0,396,109\n");
+  ToolRun r =
+      Tool("trace convert --format azure --input " + P("azure.csv") + " --output " + P("out.csv"));
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream out(P("out.csv"));
   std::stringstream text;
   text << out.rdbuf();
   EXPECT_EQ(text.str(), "t,SEQLEN\n0.000000,374\n0.500000,396\n");
   Write("broken.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,x,44\n");
-  r = Tool("trace convert --format azure --input " + P("broken.csv") + " --output " + P("out2.csv"));
+  r = Tool("trace convert --format azure --input " + P("broken.csv") + " --output " +
+           P("out2.csv"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.output, HasSubstr("line 2, column ContextTokens"));
   EXPECT_FALSE(fs::exists(P("out2.csv")));
@@ -216,18 +227,20 @@ TEST_F(Cli, TraceSpanningATrillionSecondsIsAnErrorNotAnAbort) {
 }
 
 TEST_F(Cli, TinyBucketSecondsIsAnErrorBeforeAnyWork) {
-  const ToolRun r = Tool(Replay(P("config.json"), P("trace.csv")) + " --bucket-seconds 1e-9 --summary " +
-                         P("s.json"));
+  const ToolRun r = Tool(Replay(P("config.json"), P("trace.csv")) +
+                         " --bucket-seconds 1e-9 --summary " + P("s.json"));
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--bucket-seconds: 1e-09 is not allowed; at most 1000000 buckets"));
+  EXPECT_THAT(r.output,
+              HasSubstr("--bucket-seconds: 1e-09 is not allowed; at most 1000000 buckets"));
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("padding waste")));
   EXPECT_FALSE(fs::exists(P("s.json")));
 }
 
 TEST_F(Cli, ExecuteWithAHugeSizeIsAnErrorNamingTheLimit) {
   Write("huge.csv", "t,SEQLEN\n0,4\n1,1000000000\n");
-  const ToolRun r = Tool(Replay(P("config.json"), P("huge.csv")) +
-                         " --policy static --execute onednn --backend-param hidden=8 --backend-param heads=2");
+  const ToolRun r =
+      Tool(Replay(P("config.json"), P("huge.csv")) +
+           " --policy static --execute onednn --backend-param hidden=8 --backend-param heads=2");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("SEQLEN 1000000000"));
   EXPECT_THAT(r.output, HasSubstr("at most 268435456 per tensor"));
@@ -235,9 +248,10 @@ TEST_F(Cli, ExecuteWithAHugeSizeIsAnErrorNamingTheLimit) {
 }
 
 TEST_F(Cli, EndlessInputsAreRefused) {
-  for (const std::string& args : {Replay(P("config.json"), "/dev/zero"), Replay("/dev/zero", P("trace.csv")),
-                                  "trace convert --format azure --input /dev/zero --output " + P("o.csv"),
-                                  Replay(P("config.json"), dir_.string())}) {
+  for (const std::string& args :
+       {Replay(P("config.json"), "/dev/zero"), Replay("/dev/zero", P("trace.csv")),
+        "trace convert --format azure --input /dev/zero --output " + P("o.csv"),
+        Replay(P("config.json"), dir_.string())}) {
     const ToolRun r = Tool(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr("not a regular file")) << args;
@@ -250,7 +264,8 @@ TEST_F(Cli, TinyCheckIntervalsAreConfigErrors) {
                          "adaptive": {"check_interval_seconds": 1e-9}})");
   ToolRun r = Tool(Replay(P("tiny.json"), P("trace.csv")));
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("adaptive.check_interval_seconds: 1e-09 is not allowed; seconds >= 0.001"));
+  EXPECT_THAT(r.output,
+              HasSubstr("adaptive.check_interval_seconds: 1e-09 is not allowed; seconds >= 0.001"));
   Write("warm.json", R"({"dims": [{"name": "SEQLEN", "gears": [4, 8, 16]}],
                          "replan": {"warmup_check_seconds": 1e-12}})");
   r = Tool(Replay(P("warm.json"), P("trace.csv")));
@@ -261,25 +276,29 @@ TEST_F(Cli, TinyCheckIntervalsAreConfigErrors) {
 TEST_F(Cli, UpdateChecksAreBoundedByTheDocumentedMaximum) {
   // Milliseconds read as seconds: 2e10 s at one check a minute is 3.3e8 checks.
   Write("ms.csv", "t,SEQLEN\n0,4\n20000000000,8\n");
-  const ToolRun r = Tool(Replay(P("config.json"), P("ms.csv")) + " --policy adaptive --bucket-seconds 1e6");
+  const ToolRun r =
+      Tool(Replay(P("config.json"), P("ms.csv")) + " --policy adaptive --bucket-seconds 1e6");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("at most 1000000 per replay"));
   EXPECT_THAT(r.output, HasSubstr("adaptive.check_interval_seconds = 60"));
   // The bound is --max-updates (default 1000000): 1999 s at one check a minute is 34 checks.
-  const ToolRun low = Tool(Replay(P("config.json"), P("trace.csv")) + " --policy adaptive --max-updates 10");
+  const ToolRun low =
+      Tool(Replay(P("config.json"), P("trace.csv")) + " --policy adaptive --max-updates 10");
   EXPECT_EQ(low.code, 2) << low.output;
   EXPECT_THAT(low.output, HasSubstr("at most 10 per replay (raise the interval or --max-updates"));
-  const ToolRun raised = Tool(Replay(P("config.json"), P("trace.csv")) + " --policy adaptive --max-updates 40");
+  const ToolRun raised =
+      Tool(Replay(P("config.json"), P("trace.csv")) + " --policy adaptive --max-updates 40");
   EXPECT_EQ(raised.code, 0) << raised.output;
   // The static policy runs no checks: the same trace replays.
-  const ToolRun ok = Tool(Replay(P("config.json"), P("ms.csv")) + " --policy static --bucket-seconds 1e6");
+  const ToolRun ok =
+      Tool(Replay(P("config.json"), P("ms.csv")) + " --policy static --bucket-seconds 1e6");
   EXPECT_EQ(ok.code, 0) << ok.output;
 }
 
 TEST_F(Cli, TinyDecodeStepIsAnError) {
   Write("lengths.csv", "num_prefill_tokens,num_decode_tokens\n10,3\n20,2\n30,1\n");
-  const ToolRun r = Tool("trace convert --format lengths --view decode --step-ms 1e-300 --input " + P("lengths.csv") +
-                         " --output " + P("out.csv"));
+  const ToolRun r = Tool("trace convert --format lengths --view decode --step-ms 1e-300 --input " +
+                         P("lengths.csv") + " --output " + P("out.csv"));
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--step-ms"));
   EXPECT_FALSE(fs::exists(P("out.csv")));
@@ -294,21 +313,28 @@ TEST_F(Cli, OutputsThatAreInputsAreRefused) {
   fs::create_symlink(P("config.json"), P("link.json"));
   fs::create_directories(dir_ / "sub");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"trace convert --format azure --input " + P("azure.csv") + " --output " + P("azure.csv"), "is the --input file"},
-      {"trace convert --format azure --input " + P("azure.csv") + " --output " + P("sub/../azure.csv"),
+      {"trace convert --format azure --input " + P("azure.csv") + " --output " + P("azure.csv"),
        "is the --input file"},
-      {Replay(P("config.json"), P("trace.csv")) + " --summary " + P("config.json"), "is the --config file"},
-      {Replay(P("config.json"), P("trace.csv")) + " --decisions " + P("hard.csv"), "is the --trace file"},
-      {Replay(P("config.json"), P("trace.csv")) + " --plot " + P("link.json"), "is the --config file"},
-      {Replay(P("config.json"), P("trace.csv")) + " --summary " + P("s.json") + " --plot " + P("sub/../s.json"),
+      {"trace convert --format azure --input " + P("azure.csv") + " --output " +
+           P("sub/../azure.csv"),
+       "is the --input file"},
+      {Replay(P("config.json"), P("trace.csv")) + " --summary " + P("config.json"),
+       "is the --config file"},
+      {Replay(P("config.json"), P("trace.csv")) + " --decisions " + P("hard.csv"),
+       "is the --trace file"},
+      {Replay(P("config.json"), P("trace.csv")) + " --plot " + P("link.json"),
+       "is the --config file"},
+      {Replay(P("config.json"), P("trace.csv")) + " --summary " + P("s.json") + " --plot " +
+           P("sub/../s.json"),
        "is also the --summary output"},
-      {"-C " + Quote(dir_.string()) + " " + Replay(P("config.json"), P("trace.csv")) + " --summary s.json --decisions ./s.json",
+      {"-C " + Quote(dir_.string()) + " " + Replay(P("config.json"), P("trace.csv")) +
+           " --summary s.json --decisions ./s.json",
        "--summary: s.json is also the --decisions output (./s.json)"},
   };
   for (const auto& [args, message] : cases) {
     const bool in_dir = args.rfind("-C ", 0) == 0;
-    const ToolRun r = in_dir ? Shell("cd " + args.substr(3, args.find(' ', 3) - 3) + " && " + GEARBOX_TOOL +
-                                     args.substr(args.find(' ', 3)))
+    const ToolRun r = in_dir ? Shell("cd " + args.substr(3, args.find(' ', 3) - 3) + " && " +
+                                     GEARBOX_TOOL + args.substr(args.find(' ', 3)))
                              : Tool(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr(message)) << args;
@@ -321,15 +347,19 @@ TEST_F(Cli, OutputsThatAreInputsAreRefused) {
 
 // Defect 5: command injection through --plot.
 TEST_F(Cli, HostilePlotNamesAreWrittenAsNamedAndRunNothing) {
-  for (const std::string name : {"it's.png", "x'.system('touch PWNED').'.png", "a\"b`touch PWNED2`$(touch PWNED3).png"}) {
-    const ToolRun r = Shell("cd " + Quote(dir_.string()) + " && " + std::string(GEARBOX_TOOL) + " " +
-                            Replay("config.json", "trace.csv") + " --policy static --plot " + Quote(name));
+  for (const std::string name :
+       {"it's.png", "x'.system('touch PWNED').'.png", "a\"b`touch PWNED2`$(touch PWNED3).png"}) {
+    const ToolRun r =
+        Shell("cd " + Quote(dir_.string()) + " && " + std::string(GEARBOX_TOOL) + " " +
+              Replay("config.json", "trace.csv") + " --policy static --plot " + Quote(name));
     EXPECT_EQ(r.code, 0) << name << "\n" << r.output;
   }
-  for (const std::string name : {"it's.png", "x'.system('touch PWNED').'.png", "a\"b`touch PWNED2`$(touch PWNED3).png"}) {
+  for (const std::string name :
+       {"it's.png", "x'.system('touch PWNED').'.png", "a\"b`touch PWNED2`$(touch PWNED3).png"}) {
     EXPECT_TRUE(fs::exists(dir_ / name)) << name;
   }
-  for (const char* pwned : {"PWNED", "PWNED2", "PWNED3"}) EXPECT_FALSE(fs::exists(dir_ / pwned)) << pwned;
+  for (const char* pwned : {"PWNED", "PWNED2", "PWNED3"})
+    EXPECT_FALSE(fs::exists(dir_ / pwned)) << pwned;
 }
 
 // Defect 6: all or nothing, checked before any work.
@@ -341,20 +371,22 @@ TEST_F(Cli, BadOutputLocationsFailBeforeAnyWork) {
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("padding waste")));
   EXPECT_FALSE(fs::exists(P("d.jsonl")));
   EXPECT_FALSE(fs::exists(P("s.json")));
-  const ToolRun no_gnuplot = Shell("/usr/bin/env PATH=/nonexistent " + std::string(GEARBOX_TOOL) + " " +
-                                  Replay(P("config.json"), P("trace.csv")) + " --summary " + P("s.json") +
-                                  " --plot " + P("p.png"));
+  const ToolRun no_gnuplot = Shell("/usr/bin/env PATH=/nonexistent " + std::string(GEARBOX_TOOL) +
+                                   " " + Replay(P("config.json"), P("trace.csv")) + " --summary " +
+                                   P("s.json") + " --plot " + P("p.png"));
   EXPECT_EQ(no_gnuplot.code, 2) << no_gnuplot.output;
   EXPECT_THAT(no_gnuplot.output, HasSubstr("gnuplot is not on PATH"));
   EXPECT_FALSE(fs::exists(P("s.json")));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 2);  // no temporaries
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()),
+            2);  // no temporaries
 }
 
 TEST_F(Cli, AnInvalidPolicySchemePairFailsBeforeTheFirstRun) {
   Write("two.json", R"({"dims": [{"name": "BATCHSIZE", "gears": [1, 2, 4, 8]},
                                  {"name": "SEQLEN", "gears": [64, 256, 1024]}]})");
   Write("two.csv", "t,BATCHSIZE,SEQLEN\n0,1,40\n1,3,300\n");
-  const ToolRun r = Tool(Replay(P("two.json"), P("two.csv")) + " --policy static,adaptive --scheme joint");
+  const ToolRun r =
+      Tool(Replay(P("two.json"), P("two.csv")) + " --policy static,adaptive --scheme joint");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("adaptive/joint"));
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("padding waste")));
@@ -363,7 +395,8 @@ TEST_F(Cli, AnInvalidPolicySchemePairFailsBeforeTheFirstRun) {
 // Defect 7.
 TEST_F(Cli, PlanUniformNearTwoToThe63HasNoNegativeGear) {
   Write("big.csv", "t,SEQLEN\n0,9223372036854775000\n1,9223372036854775807\n2,1\n");
-  const ToolRun r = Tool("plan --trace " + P("big.csv") + " --dim SEQLEN --gears 4 --method uniform --json");
+  const ToolRun r =
+      Tool("plan --trace " + P("big.csv") + " --dim SEQLEN --gears 4 --method uniform --json");
   ASSERT_EQ(r.code, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
   for (const auto& g : j["gears"]) EXPECT_GT(g.get<int64_t>(), 0);
@@ -376,7 +409,8 @@ TEST_F(Cli, PlanWarnsAboveTheRuntimesGearLimitAndRejectsBadWeights) {
   Write("many.csv", trace);
   ToolRun r = Tool("plan --trace " + P("many.csv") + " --dim SEQLEN --gears 100");
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("warning: dp plans 100 gears; the runtime holds at most 64 per dimension"));
+  EXPECT_THAT(r.output,
+              HasSubstr("warning: dp plans 100 gears; the runtime holds at most 64 per dimension"));
   r = Tool("plan --trace " + P("trace.csv") + " --dim SEQLEN --budget 4 --weights 1x,1,1");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--weights: \"1x,1,1\""));
@@ -384,13 +418,16 @@ TEST_F(Cli, PlanWarnsAboveTheRuntimesGearLimitAndRejectsBadWeights) {
 
 // Defect 9.
 TEST_F(Cli, ParseErrorsExitTwoAndMistypedCommandsGetASuggestion) {
-  ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") + " --bogus");
+  ToolRun r =
+      Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") + " --bogus");
   EXPECT_EQ(r.code, 2) << r.output;
   r = Tool("replay --config " + P("config.json"));  // --trace missing
   EXPECT_EQ(r.code, 2) << r.output;
-  r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") + " --bucket-seconds abc");
+  r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+           " --bucket-seconds abc");
   EXPECT_EQ(r.code, 2) << r.output;
-  r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") + " --bucket-seconds -1");
+  r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+           " --bucket-seconds -1");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--bucket-seconds: \"-1\" is not allowed; seconds > 0"));
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("1797693134862315")));  // no 309-digit limits
@@ -423,10 +460,14 @@ TEST_F(Cli, MostlyRejectedReplayExitsThree) {
   std::string trace = "t,SEQLEN\n";
   for (int i = 0; i < 100; ++i) trace += std::to_string(i) + "," + (i < 2 ? "4" : "100") + "\n";
   Write("rejected.csv", trace);
-  Write("strict.json", R"({"dims": [{"name": "SEQLEN", "gears": [4, 8, 16], "eager_fallback": false}]})");
-  ToolRun r = Tool(Replay(P("strict.json"), P("rejected.csv")) + " --policy static --summary " + P("s.json"));
+  Write("strict.json",
+        R"({"dims": [{"name": "SEQLEN", "gears": [4, 8, 16], "eager_fallback": false}]})");
+  ToolRun r = Tool(Replay(P("strict.json"), P("rejected.csv")) + " --policy static --summary " +
+                   P("s.json"));
   EXPECT_EQ(r.code, 3) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("static rejected 98.00% of the requests, more than --max-reject-ratio 0.01"));
+  EXPECT_THAT(
+      r.output,
+      HasSubstr("static rejected 98.00% of the requests, more than --max-reject-ratio 0.01"));
   ASSERT_TRUE(fs::exists(P("s.json")));  // the figures are still written, and say so
   std::ifstream summary(P("s.json"));
   const auto j = nlohmann::json::parse(summary);

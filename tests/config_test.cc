@@ -55,7 +55,8 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
   EXPECT_EQ(c->replan.warmup_check_seconds, 5);
   EXPECT_EQ(c->replan.max_changes_per_update, 4);
   EXPECT_EQ(c->replan.tail_ratio, 3);
-  EXPECT_EQ(c->replan.min_gear_lifetime_seconds, ReplanOptions{}.min_gear_lifetime_seconds);  // untouched default
+  EXPECT_EQ(c->replan.min_gear_lifetime_seconds,
+            ReplanOptions{}.min_gear_lifetime_seconds);  // untouched default
 }
 
 TEST(Config, ParsesJointGearSets) {
@@ -67,7 +68,8 @@ TEST(Config, ParsesJointGearSets) {
   EXPECT_EQ(c->scheme, GearScheme::kJoint);
   EXPECT_THAT(c->combinations, ElementsAre(GearCombination{64, 4096}, GearCombination{8, 512}));
   EXPECT_TRUE(std::isinf(c->cover_ratio));
-  auto sparse = ParseConfig(R"({"dims": [{"name": "A", "gears": [1, 2]}, {"name": "B", "gears": [3]}],
+  auto sparse =
+      ParseConfig(R"({"dims": [{"name": "A", "gears": [1, 2]}, {"name": "B", "gears": [3]}],
                                 "scheme": "sparse"})");
   ASSERT_TRUE(sparse.ok()) << sparse.status();
   EXPECT_TRUE(sparse->combinations.empty());  // every cell, when the runtime starts
@@ -115,13 +117,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"dims": []})", "dims: [] is not allowed"},
         BadConfig{R"({"dims": [{"gears": [1]}]})", "dims[0].name: missing"},
         BadConfig{R"({"dims": [{"name": "A"}]})", "neither gears nor policy"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1], "policy": "TIMES"}]})", "both gears and policy"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1], "policy": "TIMES"}]})",
+                  "both gears and policy"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1, "2"]}]})", "dims[0].gears[1]: \"2\""},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1.5]}]})", "dims[0].gears[0]: 1.5"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [0]}]})", "dims[0].gears[0]: 0"},
-        BadConfig{R"({"dims": [{"name": "A", "policy": "TIMES", "min": 5}]})", "dims[0].max: missing"},
-        BadConfig{R"({"dims": [{"name": "A", "policy": "TIMES", "min": 5, "max": 2}]})", "dims[0].max: 2"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1], "min": 1}]})", "min/max go with a named ladder"},
+        BadConfig{R"({"dims": [{"name": "A", "policy": "TIMES", "min": 5}]})",
+                  "dims[0].max: missing"},
+        BadConfig{R"({"dims": [{"name": "A", "policy": "TIMES", "min": 5, "max": 2}]})",
+                  "dims[0].max: 2"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1], "min": 1}]})",
+                  "min/max go with a named ladder"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1], "splittable": "yes"}]})",
                   "dims[0].splittable: \"yes\""},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1], "color": 1}]})", "dims[0].color"},
@@ -129,38 +135,49 @@ INSTANTIATE_TEST_SUITE_P(
                   "dims[1].name: \"A\""},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "adaptive": {"window_secs": 1}})",
                   "adaptive.window_secs: this key is not allowed"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "adaptive": {"pad_add_threshold": 2}})",
-                  "adaptive: pad_add_threshold: 2"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "adaptive": {"add_min_samples": "5"}})",
-                  "adaptive.add_min_samples: \"5\""},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1, 2, 3]}], "adaptive": {"max_gears_per_type": 2}})",
-                  "dims[0].gears: 3 gears"},
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1]}], "adaptive": {"pad_add_threshold": 2}})",
+            "adaptive: pad_add_threshold: 2"},
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1]}], "adaptive": {"add_min_samples": "5"}})",
+            "adaptive.add_min_samples: \"5\""},
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1, 2, 3]}], "adaptive": {"max_gears_per_type": 2}})",
+            "dims[0].gears: 3 gears"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"compile_secs": 1}})",
                   "replan.compile_secs: this key is not allowed"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"warmup_check_seconds": 0}})",
-                  "replan.warmup_check_seconds: 0"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"max_changes_per_update": 0}})",
-                  "replan.max_changes_per_update: 0"},
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"warmup_check_seconds": 0}})",
+            "replan.warmup_check_seconds: 0"},
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"max_changes_per_update": 0}})",
+            "replan.max_changes_per_update: 0"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"tail_ratio": "2"}})",
                   "replan.tail_ratio: \"2\""},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "diagonal"})",
-                  "scheme: \"diagonal\" is not allowed"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "scheme": "joint"})", "exactly 2 dimensions"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "joint",
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "diagonal"})",
+            "scheme: \"diagonal\" is not allowed"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "scheme": "joint"})",
+                  "exactly 2 dimensions"},
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "joint",
                       "combinations": [[1, 3]]})",
-                  "combinations[0][1]: 3"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "joint",
+            "combinations[0][1]: 3"},
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "joint",
                       "combinations": [[1]]})",
-                  "combinations[0]: [1] is not allowed"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "joint",
+            "combinations[0]: [1] is not allowed"},
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1]}, {"name": "B", "gears": [2]}], "scheme": "joint",
                       "cover_ratio": 0.5})",
-                  "cover_ratio: 0.5"},
+            "cover_ratio: 0.5"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "combinations": [[1, 1]]})",
                   "combinations go with the joint and sparse schemes only"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"base_bytes": 1}})",
                   "memory_model.device_bytes: missing"},
-        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"device_bytes": -5}})",
-                  "memory_model.device_bytes: -5"}));
+        BadConfig{
+            R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"device_bytes": -5}})",
+            "memory_model.device_bytes: -5"}));
 
 // Issue 11 (defects 1, 3, 9, 10): configs that used to pass, or to fail
 // with a misleading message.
@@ -185,12 +202,14 @@ INSTANTIATE_TEST_SUITE_P(
                       R"({"dims": [{"name": "S", "gears": [4]}],
                           "memory_model": {"device_bytes": 1000, "base_bytes": 2000}})",
                       "memory_model.base_bytes: 2000 is not allowed; at most device_bytes (1000)"},
-        BadConfigCase{"tiny_check_interval",
-                      R"({"dims": [{"name": "S", "gears": [4]}], "adaptive": {"check_interval_seconds": 1e-7}})",
-                      "adaptive.check_interval_seconds: 1e-07 is not allowed; seconds >= 0.001"},
-        BadConfigCase{"tiny_warmup_check",
-                      R"({"dims": [{"name": "S", "gears": [4]}], "replan": {"warmup_check_seconds": 1e-300}})",
-                      "replan.warmup_check_seconds: 1e-300 is not allowed; seconds >= 0.001"},
+        BadConfigCase{
+            "tiny_check_interval",
+            R"({"dims": [{"name": "S", "gears": [4]}], "adaptive": {"check_interval_seconds": 1e-7}})",
+            "adaptive.check_interval_seconds: 1e-07 is not allowed; seconds >= 0.001"},
+        BadConfigCase{
+            "tiny_warmup_check",
+            R"({"dims": [{"name": "S", "gears": [4]}], "replan": {"warmup_check_seconds": 1e-300}})",
+            "replan.warmup_check_seconds: 1e-300 is not allowed; seconds >= 0.001"},
         BadConfigCase{"gears_as_a_string", R"({"dims": [{"name": "S", "gears": "16,32"}]})",
                       "dims[0].gears: \"16,32\" is not allowed; a JSON list of integers"},
         BadConfigCase{"duplicated_key", R"({"dims": [{"name": "S", "gears": [4], "gears": [8]}]})",
@@ -198,7 +217,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfigCase{"duplicated_top_key",
                       R"({"dims": [{"name": "S", "gears": [4]}], "adaptive": {}, "adaptive": {}})",
                       "config key \"adaptive\": given twice"},
-        BadConfigCase{"vllm_min_above_max", R"({"dims": [{"name": "S", "policy": "VLLM", "min": 64, "max": 8}]})",
+        BadConfigCase{"vllm_min_above_max",
+                      R"({"dims": [{"name": "S", "policy": "VLLM", "min": 64, "max": 8}]})",
                       "dims[0].max: 8 is not allowed; max >= min (64)"}),
     [](const ::testing::TestParamInfo<BadConfigCase>& i) { return std::string(i.param.name); });
 

@@ -1,5 +1,7 @@
 // The CUDA Graph backend on a GPU; every test skips cleanly without one.
 // tools/gpu_check.sh runs these and the capture/replay benchmark.
+#include "gearbox/backends/cuda_graph.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,7 +9,6 @@
 #include <random>
 
 #include "gearbox/backends/builtin.h"
-#include "gearbox/backends/cuda_graph.h"
 #include "gearbox/executor.h"
 
 namespace gearbox {
@@ -61,7 +62,8 @@ TEST(CudaGraph, PaddedAndSplitReplaysEqualTheExactShape) {
     ASSERT_TRUE(exe.ok()) << exe.status();
     const DLTensor exact_out[] = {exact.dl};
     ASSERT_TRUE((*exe)->Run(in, exact_out, {2, gears, gears}).ok());
-    for (size_t i = 0; i < y.data.size(); ++i) ASSERT_NEAR(y.data[i], exact.data[i], 1e-5) << b << "x" << s;
+    for (size_t i = 0; i < y.data.size(); ++i)
+      ASSERT_NEAR(y.data[i], exact.data[i], 1e-5) << b << "x" << s;
   }
   EXPECT_GT(pool.bytes(), 0);
   CudaMemoryProbe probe;
@@ -79,7 +81,8 @@ TEST(CudaGraph, EvictionReleasesTheGraph) {
   o.clock = &clock;
   o.pool = &pool;
   o.start_worker = false;
-  auto rt = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {2, 4}, true, false}, {"SEQLEN", {8}, false, false}}, o);
+  auto rt = *AdaptiveGearRuntime::Create(
+      {{"BATCHSIZE", {2, 4}, true, false}, {"SEQLEN", {8}, false, false}}, o);
   auto backend = *BackendRegistry::Global().Create("cuda_graph", {{"hidden", "8"}});
   auto executor = *GearedExecutor::Create(rt.get(), backend.get());
   Tensor x(2, 8, 8), y(2, 8, 8);

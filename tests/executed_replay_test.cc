@@ -49,7 +49,8 @@ absl::StatusOr<std::unique_ptr<Backend>> TinyBlock() {
 TEST(ExecutedReplay, StaticPolicyOnAHandCheckedTrace) {
   ExecutedReplayOptions o;
   o.policy = UpdatePolicy::kStatic;
-  auto r = ExecutedReplay(SeqConfig({4, 8}), SeqTrace({{0, 3}, {1, 5}, {2, 8}, {3, 2}}), TinyBlock, o);
+  auto r =
+      ExecutedReplay(SeqConfig({4, 8}), SeqTrace({{0, 3}, {1, 5}, {2, 8}, {3, 2}}), TinyBlock, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->policy, "static");
   EXPECT_EQ(r->requests, 4u);
@@ -64,8 +65,8 @@ TEST(ExecutedReplay, StaticPolicyOnAHandCheckedTrace) {
   EXPECT_GT(r->latency_p99_ms, 0.0);
   EXPECT_LE(r->latency_p50_ms, r->latency_p99_ms);
   const auto j = nlohmann::json::parse(ExecutedReplayResultJson(*r));
-  for (const char* key : {"requests", "compiles", "released_executables", "peak_gear_bytes", "padding_waste",
-                          "updates", "final_gears"}) {
+  for (const char* key : {"requests", "compiles", "released_executables", "peak_gear_bytes",
+                          "padding_waste", "updates", "final_gears"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
 }
@@ -102,9 +103,11 @@ TEST(ExecutedReplay, EvictedGearsAreReleasedAndRecompiledAsTheSimulationSays) {
   ASSERT_TRUE(simulated.ok()) << simulated.status();
 
   ASSERT_EQ(executed_changes.size(), 2u);
-  EXPECT_EQ(nlohmann::json::parse(executed_changes[0])["removed"]["SEQLEN"], nlohmann::json::array({2}));
+  EXPECT_EQ(nlohmann::json::parse(executed_changes[0])["removed"]["SEQLEN"],
+            nlohmann::json::array({2}));
   EXPECT_EQ(nlohmann::json::parse(executed_changes[0])["time"], 600.0);
-  EXPECT_EQ(nlohmann::json::parse(executed_changes[1])["added"]["SEQLEN"], nlohmann::json::array({2}));
+  EXPECT_EQ(nlohmann::json::parse(executed_changes[1])["added"]["SEQLEN"],
+            nlohmann::json::array({2}));
   EXPECT_EQ(executed->failed_requests, 0u);
   EXPECT_EQ(executed->compiles, 3u);              // 2 and 64, then 2 again after its eviction
   EXPECT_EQ(executed->released_executables, 1u);  // gear 2's first executable, at 600
@@ -163,7 +166,7 @@ TEST(ExecutedReplay, RunsRequestedUpdatesAfterTheLastRowAndChecksUpToIt) {
   std::vector<double> times;
   ExecutedReplayOptions o;
   o.policy = UpdatePolicy::kAdaptive;  // the tests below count its updates
-  o.max_requests = 5;  // rows at 0..40 s
+  o.max_requests = 5;                  // rows at 0..40 s
   o.update_at = {100, 20};
   o.on_update = [&](const UpdateRecord& r) { times.push_back(r.time); };
   auto r = ExecutedReplay(SeqConfig({8, 16}), trace, TinyBlock, o);

@@ -1,11 +1,12 @@
 #include "gearbox/executor.h"
-#include "src/common/mutex.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <thread>
+
+#include "src/common/mutex.h"
 
 namespace gearbox {
 namespace {
@@ -97,7 +98,8 @@ class AffineBackend final : public Backend {
   absl::StatusOr<std::shared_ptr<Executable>> Compile(std::span<const int64_t> gears) override {
     s_->compile_gate.Pass();
     if (s_->throw_on_compile.load()) throw std::runtime_error("compiler crashed");
-    if (gears[1] == s_->fail_gear.load()) return absl::ResourceExhaustedError("out of graph memory");
+    if (gears[1] == s_->fail_gear.load())
+      return absl::ResourceExhaustedError("out of graph memory");
     s_->compiles.fetch_add(1);
     return std::shared_ptr<Executable>(
         std::make_shared<AffineExecutable>(s_, std::vector<int64_t>(gears.begin(), gears.end())));
@@ -116,8 +118,13 @@ struct Tensor {
     Bind();
   }
   void Bind() {
-    dl = DLTensor{data.data(), {kDLCPU, 0}, static_cast<int>(shape.size()), {kDLFloat, 32, 1},
-                  shape.data(), strides.empty() ? nullptr : strides.data(), 0};
+    dl = DLTensor{data.data(),
+                  {kDLCPU, 0},
+                  static_cast<int>(shape.size()),
+                  {kDLFloat, 32, 1},
+                  shape.data(),
+                  strides.empty() ? nullptr : strides.data(),
+                  0};
   }
 };
 
@@ -128,8 +135,8 @@ struct Fixture {
   std::unique_ptr<AdaptiveGearRuntime> runtime;
   AffineBackend backend{&shared};
   std::unique_ptr<GearedExecutor> executor;
-  explicit Fixture(GearScheme scheme = GearScheme::kIndependent, std::vector<GearCombination> combinations = {},
-                   double cover_ratio = 4.0) {
+  explicit Fixture(GearScheme scheme = GearScheme::kIndependent,
+                   std::vector<GearCombination> combinations = {}, double cover_ratio = 4.0) {
     RuntimeOptions o;
     o.clock = &clock;
     o.pool = &pool;
@@ -150,7 +157,8 @@ struct Fixture {
     absl::Status st = executor->Run(in, out);
     if (!st.ok()) return st;
     for (size_t i = 0; i < x.data.size(); ++i) {
-      if (y.data[i] != 3 * x.data[i] + 1) return absl::InternalError("wrong output at " + std::to_string(i));
+      if (y.data[i] != 3 * x.data[i] + 1)
+        return absl::InternalError("wrong output at " + std::to_string(i));
     }
     return absl::OkStatus();
   }
@@ -186,7 +194,7 @@ TEST(Executor, JointSetsRunOnCombinationsAndSparseMissesUncompiled) {
   EXPECT_EQ(sparse.executor->stats().eager_variants, 1u);
   EXPECT_EQ(sparse.pool.size(), 0u);
   EXPECT_TRUE(sparse.RunAndCheck(12, 8).ok());  // three chunks at (4, 8): compiled
-  EXPECT_EQ(sparse.shared.compiles.load(), 2);   // one eager run, one graph
+  EXPECT_EQ(sparse.shared.compiles.load(), 2);  // one eager run, one graph
   EXPECT_EQ(sparse.pool.size(), 1u);
 }
 
@@ -244,7 +252,7 @@ TEST(Executor, EvictionDuringARunWaitsForTheRun) {
   auto r = f.runtime->CommitUpdate({{1, 4}, {8}}, 1.0);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->cleanup_keys, 1u);
-  EXPECT_EQ(f.pool.size(), 0u);       // gone from the pool at once
+  EXPECT_EQ(f.pool.size(), 0u);         // gone from the pool at once
   EXPECT_EQ(f.shared.alive.load(), 1);  // but not released: the run holds it
   f.shared.run_gate.Open();
   runner.join();
@@ -280,9 +288,10 @@ TEST(Executor, HitsAndEvictionsFromManyThreadsNeverReleaseARunningExecutable) {
     });
   }
   for (int u = 0; u < 200; ++u) {  // gears come and go under the requests
-    auto r = f.runtime->CommitUpdate(u % 2 == 0 ? std::vector<std::vector<int64_t>>{{1, 2, 4}, {4, 8}}
-                                                : std::vector<std::vector<int64_t>>{{1, 4}, {8}},
-                                     1.0 + u);
+    auto r =
+        f.runtime->CommitUpdate(u % 2 == 0 ? std::vector<std::vector<int64_t>>{{1, 2, 4}, {4, 8}}
+                                           : std::vector<std::vector<int64_t>>{{1, 4}, {8}},
+                                1.0 + u);
     ASSERT_TRUE(r.ok());
     std::this_thread::yield();
   }
@@ -308,7 +317,8 @@ TEST(Executor, BadTensorsAreRejectedWithTheField) {
   dtype.dtype = {kDLInt, 32, 1};
   EXPECT_THAT(run(dtype, y.dl).message(), HasSubstr("x.dtype"));
   Tensor wide(2, 3, 5);
-  EXPECT_THAT(run(wide.dl, y.dl).message(), HasSubstr("x.shape[2]: 5 is not allowed; the model's fixed size 2"));
+  EXPECT_THAT(run(wide.dl, y.dl).message(),
+              HasSubstr("x.shape[2]: 5 is not allowed; the model's fixed size 2"));
   Tensor other(2, 4, 2);
   EXPECT_THAT(run(x.dl, other.dl).message(), HasSubstr("y.shape[1]: 4 is not allowed; 3"));
   DLTensor null = x.dl;
@@ -349,8 +359,10 @@ TEST(Executor, SignatureMustBindEveryDimension) {
   o.clock = &clock;
   o.pool = &pool;
   o.start_worker = false;
-  auto rt = *AdaptiveGearRuntime::Create(
-      {{"BATCHSIZE", {1}, true, false}, {"SEQLEN", {4}, false, false}, {"EXTRA", {1}, false, false}}, o);
+  auto rt = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1}, true, false},
+                                          {"SEQLEN", {4}, false, false},
+                                          {"EXTRA", {1}, false, false}},
+                                         o);
   AffineBackend backend(&shared);
   EXPECT_THAT(GearedExecutor::Create(rt.get(), &backend).status().message(), HasSubstr("EXTRA"));
 }

@@ -153,13 +153,16 @@ TEST_P(ProbeFaults, AreReportedAndMeanNoPressure) {
 INSTANTIATE_TEST_SUITE_P(
     All, ProbeFaults,
     ::testing::Values(
-        ProbeCase{"error", [] { return absl::StatusOr<double>(absl::UnavailableError("no device")); },
+        ProbeCase{"error",
+                  [] { return absl::StatusOr<double>(absl::UnavailableError("no device")); },
                   "no device"},
         ProbeCase{"throws", []() -> absl::StatusOr<double> { throw std::runtime_error("ioctl"); },
                   "probe threw: ioctl"},
-        ProbeCase{"nan", [] { return absl::StatusOr<double>(std::nan("")); }, "expected a fraction"},
+        ProbeCase{"nan", [] { return absl::StatusOr<double>(std::nan("")); },
+                  "expected a fraction"},
         ProbeCase{"negative", [] { return absl::StatusOr<double>(-0.2); }, "probe returned -0.2"},
-        ProbeCase{"infinite", [] { return absl::StatusOr<double>(INFINITY); }, "expected a fraction"}),
+        ProbeCase{"infinite", [] { return absl::StatusOr<double>(INFINITY); },
+                  "expected a fraction"}),
     [](const ::testing::TestParamInfo<ProbeCase>& i) { return std::string(i.param.name); });
 
 // Issue 11 defect 1: usage above 1 (over-committed memory) is high pressure,

@@ -95,9 +95,15 @@ TEST(GearSet, SizeTableMapsEverySizeAsTheBinarySearchDoes) {
   std::vector<int64_t> consecutive;  // 64 gears, many in one table entry's range of sizes
   for (int64_t g = 1; g <= kMaxGearsPerDimension; ++g) consecutive.push_back(g * 3);
   const std::vector<std::vector<int64_t>> lists = {
-      {1, 4, 16}, {7}, {1}, *MakeTimesGears(3, 100), *MakeTimesGears(16, 8192), consecutive,
+      {1, 4, 16},
+      {7},
+      {1},
+      *MakeTimesGears(3, 100),
+      *MakeTimesGears(16, 8192),
+      consecutive,
       {5, 6, 7, 8, 9, 1000, 1023, 1024, 1025, 40000},
-      *MakeTimesGears(1, int64_t{1} << 40), *MakeTimesGears(1, std::numeric_limits<int64_t>::max()),
+      *MakeTimesGears(1, int64_t{1} << 40),
+      *MakeTimesGears(1, std::numeric_limits<int64_t>::max()),
       {3, (int64_t{1} << 62) + 1, std::numeric_limits<int64_t>::max() - 1}};
   for (const std::vector<int64_t>& list : lists) {
     SCOPED_TRACE(testing::PrintToString(list));
@@ -107,7 +113,8 @@ TEST(GearSet, SizeTableMapsEverySizeAsTheBinarySearchDoes) {
     EXPECT_EQ(set->max_gear(0), max);
     // Every size up to a bound, each gear and its neighbours, each boundary
     // between table entries (2^b and 2^b + 1) and its neighbours.
-    for (int64_t raw = 1; raw <= std::min<int64_t>(max, 20000); ++raw) ExpectMapsLikeTheSearch(*set, 0, raw);
+    for (int64_t raw = 1; raw <= std::min<int64_t>(max, 20000); ++raw)
+      ExpectMapsLikeTheSearch(*set, 0, raw);
     for (int64_t g : list) {
       for (int64_t raw : {g - 1, g}) ExpectMapsLikeTheSearch(*set, 0, raw);
       if (g < std::numeric_limits<int64_t>::max()) ExpectMapsLikeTheSearch(*set, 0, g + 1);
@@ -158,8 +165,7 @@ TEST(GearSet, ValidatesDimensions) {
   EXPECT_THAT(GearSet::Create({}).status().message(), HasSubstr("dims"));
   EXPECT_THAT(GearSet::Create({{"A", {1}}, {"A", {2}}}).status().message(),
               HasSubstr("dims[1].name: \"A\""));
-  EXPECT_THAT(GearSet::Create({{"bad name", {1}}}).status().message(),
-              HasSubstr("dims[0].name"));
+  EXPECT_THAT(GearSet::Create({{"bad name", {1}}}).status().message(), HasSubstr("dims[0].name"));
   EXPECT_THAT(GearSet::Create({{"S", {1, -3}}}).status().message(),
               HasSubstr("dims[0].gears[1]: -3"));
   EXPECT_THAT(GearSet::Create({{"S", {1}, true, true}}).status().message(),
@@ -200,11 +206,13 @@ std::vector<DimensionSpec> Grid() {
 }
 
 TEST(GearSet, JointCellsRunOnTheCheapestCoveringCombinationWithinTheRatio) {
-  auto set = GearSet::Create(Grid(), 1, 0, {GearScheme::kJoint, {{16, 2048}, {4, 512}, {16, 512}, {4, 512}}, 4.0});
+  auto set = GearSet::Create(
+      Grid(), 1, 0, {GearScheme::kJoint, {{16, 2048}, {4, 512}, {16, 512}, {4, 512}}, 4.0});
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->scheme(), GearScheme::kJoint);
-  EXPECT_THAT(set->combinations(), ElementsAre(GearCombination{4, 512}, GearCombination{16, 512},
-                                               GearCombination{16, 2048}));  // sorted, de-duplicated
+  EXPECT_THAT(set->combinations(),
+              ElementsAre(GearCombination{4, 512}, GearCombination{16, 512},
+                          GearCombination{16, 2048}));  // sorted, de-duplicated
   auto cell = [&](int i, int j) -> std::string {
     const GearCombination* c = set->CombinationForCell(i, j);
     return c ? std::to_string((*c)[0]) + "x" + std::to_string((*c)[1]) : "uncompiled";
@@ -220,7 +228,8 @@ TEST(GearSet, JointCellsRunOnTheCheapestCoveringCombinationWithinTheRatio) {
   EXPECT_EQ(set->MapToGearIndex(1, 2049), -1);
 
   // Without a ratio any covering combination serves.
-  auto any = GearSet::Create(Grid(), 1, 0, {GearScheme::kJoint, {{16, 2048}}, std::numeric_limits<double>::infinity()});
+  auto any = GearSet::Create(
+      Grid(), 1, 0, {GearScheme::kJoint, {{16, 2048}}, std::numeric_limits<double>::infinity()});
   ASSERT_TRUE(any.ok());
   EXPECT_NE(any->CombinationForCell(0, 0), nullptr);
   EXPECT_THAT(any->DebugString(), HasSubstr("joint=[(16,2048)]"));
@@ -243,15 +252,21 @@ TEST(GearSet, CombinationsAreValidatedAndFollowTheGears) {
   };
   EXPECT_THAT(message({GearScheme::kJoint, {{4, 500}}, 4}), HasSubstr("combinations[0][1]: 500"));
   EXPECT_THAT(message({GearScheme::kJoint, {{4, 500}}, 4}), HasSubstr("a gear of SEQLEN"));
-  EXPECT_EQ(message({GearScheme::kJoint, {}, 4}), "");  // nothing compiled: every cell runs uncompiled
+  EXPECT_EQ(message({GearScheme::kJoint, {}, 4}),
+            "");  // nothing compiled: every cell runs uncompiled
   EXPECT_THAT(message({GearScheme::kJoint, {{4, 512}}, 0.5}), HasSubstr("cover_ratio: 0.5"));
-  EXPECT_THAT(message({GearScheme::kIndependent, {{4, 512}}, 4}), HasSubstr("joint and sparse schemes only"));
-  EXPECT_THAT(message({GearScheme::kJoint, {{4, 512}}, 4}, {{"SEQLEN", {512}}}), HasSubstr("exactly 2 dimensions"));
-  EXPECT_THAT(std::string(ParseGearScheme("diagonal").status().message()), HasSubstr("scheme: \"diagonal\""));
+  EXPECT_THAT(message({GearScheme::kIndependent, {{4, 512}}, 4}),
+              HasSubstr("joint and sparse schemes only"));
+  EXPECT_THAT(message({GearScheme::kJoint, {{4, 512}}, 4}, {{"SEQLEN", {512}}}),
+              HasSubstr("exactly 2 dimensions"));
+  EXPECT_THAT(std::string(ParseGearScheme("diagonal").status().message()),
+              HasSubstr("scheme: \"diagonal\""));
   // Starting combinations: none named means every cell; named ones are kept.
-  EXPECT_THAT(InitialCombinations({{"A", {1, 2}}, {"B", {8}}}, {GearScheme::kSparse, {}, 1}).combinations,
-              ElementsAre(GearCombination{1, 8}, GearCombination{2, 8}));
-  EXPECT_THAT(InitialCombinations({{"A", {1, 2}}, {"B", {8}}}, {GearScheme::kJoint, {{2, 8}}, 4}).combinations,
+  EXPECT_THAT(
+      InitialCombinations({{"A", {1, 2}}, {"B", {8}}}, {GearScheme::kSparse, {}, 1}).combinations,
+      ElementsAre(GearCombination{1, 8}, GearCombination{2, 8}));
+  EXPECT_THAT(InitialCombinations({{"A", {1, 2}}, {"B", {8}}}, {GearScheme::kJoint, {{2, 8}}, 4})
+                  .combinations,
               ElementsAre(GearCombination{2, 8}));
   EXPECT_TRUE(InitialCombinations({{"A", {1, 2}}, {"B", {8}}}, {}).combinations.empty());
 

@@ -34,7 +34,8 @@ TEST(JointWindow, WeightsDecayAndMemoryStaysBounded) {
   // Two shapes at t = 5 (one slot), weighted as the runtime folds them.
   const int64_t slot = geometry.SlotIndex(5);
   ASSERT_TRUE(window.AddToSlot(slot, geometry.SlotWeight(5, slot) * 3, 8, 1000));
-  ASSERT_TRUE(window.AddToSlot(slot, geometry.SlotWeight(5, slot) * 1, 8, 1010));  // same bin: max 1010
+  ASSERT_TRUE(
+      window.AddToSlot(slot, geometry.SlotWeight(5, slot) * 1, 8, 1010));  // same bin: max 1010
   std::vector<JointSize> sizes = window.Summarize(155, geometry);
   ASSERT_EQ(sizes.size(), 1u);
   EXPECT_EQ(sizes[0].a, 8);
@@ -72,7 +73,8 @@ struct JointFixture {
   GraphResourcePool pool;
   std::unique_ptr<AdaptiveGearRuntime> runtime;
 
-  JointFixture(GearScheme scheme, std::vector<GearCombination> combinations, ReplanOptions replan = {}) {
+  JointFixture(GearScheme scheme, std::vector<GearCombination> combinations,
+               ReplanOptions replan = {}) {
     RuntimeOptions o;
     o.policy = UpdatePolicy::kReplan;
     o.replan = replan;
@@ -103,7 +105,8 @@ TEST(Joint, NeedsTheReplanPolicyAndTwoDimensions) {
   EXPECT_THAT(AdaptiveGearRuntime::Create({{"A", {1}}, {"B", {1}}}, o).status().message(),
               HasSubstr("scheme: \"joint\""));
   o.policy = UpdatePolicy::kReplan;
-  EXPECT_THAT(AdaptiveGearRuntime::Create({{"A", {1}}}, o).status().message(), HasSubstr("exactly 2 dimensions"));
+  EXPECT_THAT(AdaptiveGearRuntime::Create({{"A", {1}}}, o).status().message(),
+              HasSubstr("exactly 2 dimensions"));
   auto two = AdaptiveGearRuntime::Create({{"A", {1, 2}}, {"B", {3}}}, o);
   ASSERT_TRUE(two.ok());
   // No combinations given: every cell of the initial gears.
@@ -133,7 +136,8 @@ TEST(Joint, DroppingACombinationReleasesItsGraphWhileItsGearsStay) {
   auto record = f.runtime->RunOnce(150);
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_THAT(record->combinations_removed, ElementsAre(GearCombination{16, 512}));
-  EXPECT_THAT(record->combinations_after, ElementsAre(GearCombination{4, 512}, GearCombination{16, 2048}));
+  EXPECT_THAT(record->combinations_after,
+              ElementsAre(GearCombination{4, 512}, GearCombination{16, 2048}));
   EXPECT_THAT(record->gears_after[0], ElementsAre(4, 16));  // the gears stay
   EXPECT_EQ(record->cleanup_keys, 1u);
   EXPECT_EQ(live.load(), 3);  // held by the run
@@ -170,7 +174,8 @@ TEST(Joint, TheReplanPolicyCompilesTheCombinationsTrafficPaysFor) {
   ASSERT_TRUE(record.ok());
   // (4, 2048) saw no traffic but was compiled less than
   // min_gear_lifetime_seconds ago: it stays.
-  EXPECT_THAT(record->combinations_after, ElementsAre(GearCombination{4, 2048}, GearCombination{16, 2048}));
+  EXPECT_THAT(record->combinations_after,
+              ElementsAre(GearCombination{4, 2048}, GearCombination{16, 2048}));
   bool compiled = false;
   for (const ChangeRecord& c : record->changes) {
     if (c.action == ChangeAction::kCompile) {
@@ -221,7 +226,8 @@ TEST(Joint, StationaryTrafficDoesNotFlap) {
   for (int update = 1; update <= 120; ++update) {
     for (; t < 60.0 * update; t += 0.05) {
       const int64_t batch = 1 + static_cast<int64_t>(rng() % 16);
-      const int64_t seq = rng() % 4 ? 300 + static_cast<int64_t>(rng() % 200) : 1500 + static_cast<int64_t>(rng() % 500);
+      const int64_t seq = rng() % 4 ? 300 + static_cast<int64_t>(rng() % 200)
+                                    : 1500 + static_cast<int64_t>(rng() % 500);
       f.Request(batch, seq, t);
     }
     auto record = f.runtime->RunOnce(60.0 * update);
@@ -232,7 +238,8 @@ TEST(Joint, StationaryTrafficDoesNotFlap) {
         if (update > 10) ++compiles_after_warmup;
       }
       if (c.action == ChangeAction::kDrop && compiled_at.count(c.combination)) {
-        EXPECT_GE(record->time - compiled_at[c.combination].back(), ReplanOptions{}.min_gear_lifetime_seconds)
+        EXPECT_GE(record->time - compiled_at[c.combination].back(),
+                  ReplanOptions{}.min_gear_lifetime_seconds)
             << c.combination[0] << "x" << c.combination[1] << " dropped early";
       }
     }

@@ -1,6 +1,8 @@
 // The oneDNN transformer block: checked against a plain C++ reference, and
 // through the executor: for every request the recovered output equals the
 // output of running the block at the exact unpadded shape.
+#include "gearbox/backends/onednn.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +11,6 @@
 #include <thread>
 
 #include "gearbox/backends/builtin.h"
-#include "gearbox/backends/onednn.h"
 #include "gearbox/executor.h"
 
 namespace gearbox {
@@ -55,7 +56,8 @@ Tensor RunExact(Backend& backend, const Tensor& x) {
 struct Reference {
   int64_t h, heads, m;
   std::vector<float> ln1_s, ln1_b, ln2_s, ln2_b, wqkv, bqkv, wo, bo, wup, bup, wdown, bdown;
-  explicit Reference(const TransformerBlockOptions& o) : h(o.hidden), heads(o.heads), m(o.hidden * o.mlp_ratio) {
+  explicit Reference(const TransformerBlockOptions& o)
+      : h(o.hidden), heads(o.heads), m(o.hidden * o.mlp_ratio) {
     // Mirrors the backend's deterministic initialization order.
     std::mt19937_64 rng(o.seed);
     auto fill = [&](std::vector<float>* v, size_t n, float scale) {
@@ -88,12 +90,13 @@ struct Reference {
       mean /= h;
       for (int64_t c = 0; c < h; ++c) var += (x[r * h + c] - mean) * (x[r * h + c] - mean);
       var /= h;
-      for (int64_t c = 0; c < h; ++c) y[r * h + c] = (x[r * h + c] - mean) / std::sqrt(var + 1e-5) * s[c] + b[c];
+      for (int64_t c = 0; c < h; ++c)
+        y[r * h + c] = (x[r * h + c] - mean) / std::sqrt(var + 1e-5) * s[c] + b[c];
     }
     return y;
   }
-  std::vector<double> Linear(const std::vector<double>& x, int64_t in, int64_t out, const std::vector<float>& w,
-                             const std::vector<float>& b) const {
+  std::vector<double> Linear(const std::vector<double>& x, int64_t in, int64_t out,
+                             const std::vector<float>& w, const std::vector<float>& b) const {
     const size_t rows = x.size() / in;
     std::vector<double> y(rows * out);
     for (size_t r = 0; r < rows; ++r)
@@ -117,14 +120,16 @@ struct Reference {
           for (int64_t j = 0; j < S; ++j) {
             double d = 0;
             for (int64_t k = 0; k < hd; ++k)
-              d += qkv[(b * S + i) * 3 * h + n * hd + k] * qkv[(b * S + j) * 3 * h + h + n * hd + k];
+              d +=
+                  qkv[(b * S + i) * 3 * h + n * hd + k] * qkv[(b * S + j) * 3 * h + h + n * hd + k];
             p[j] = d / std::sqrt(double(hd));
             mx = std::max(mx, p[j]);
           }
           for (double& v : p) sum += (v = std::exp(v - mx));
           for (int64_t k = 0; k < hd; ++k) {
             double acc = 0;
-            for (int64_t j = 0; j < S; ++j) acc += p[j] / sum * qkv[(b * S + j) * 3 * h + 2 * h + n * hd + k];
+            for (int64_t j = 0; j < S; ++j)
+              acc += p[j] / sum * qkv[(b * S + j) * 3 * h + 2 * h + n * hd + k];
             ctx[(b * S + i) * h + n * hd + k] = acc;
           }
         }
@@ -219,11 +224,15 @@ TEST(OneDnn, RegistryAndOptionErrors) {
   auto b = BackendRegistry::Global().Create("onednn", {{"hidden", "24"}, {"heads", "3"}});
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ((*b)->signature().inputs[0].shape[2], 24);
-  EXPECT_THAT(BackendRegistry::Global().Create("onednn", {{"hidden", "24"}, {"heads", "5"}}).status().message(),
+  EXPECT_THAT(BackendRegistry::Global()
+                  .Create("onednn", {{"hidden", "24"}, {"heads", "5"}})
+                  .status()
+                  .message(),
               HasSubstr("heads: 5"));
   EXPECT_THAT(BackendRegistry::Global().Create("onednn", {{"hiden", "24"}}).status().message(),
               HasSubstr("onednn.hiden"));
-  EXPECT_THAT(BackendRegistry::Global().Create("tpu", {}).status().message(), HasSubstr("one of: "));
+  EXPECT_THAT(BackendRegistry::Global().Create("tpu", {}).status().message(),
+              HasSubstr("one of: "));
   EXPECT_THAT(BackendRegistry::Global().Create("onednn", {{"hidden", "x"}}).status().message(),
               HasSubstr("hidden: \"x\""));
 }

@@ -179,9 +179,9 @@ TEST(MakePlan, BothDimensionsSplitGivesTheCartesianProduct) {
 
 TEST(MakePlan, JointSetsRunEachVariantOnItsCombination) {
   // Grid BATCHSIZE {2, 4, 8} x SEQLEN {64, 256}; compiled: (4, 256), (8, 64).
-  const GearSet gears = *GearSet::Create(
-      {{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 256}, false, false}}, 1, 0,
-      {GearScheme::kJoint, {{4, 256}, {8, 64}}, 4.0});
+  const GearSet gears =
+      *GearSet::Create({{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 256}, false, false}},
+                       1, 0, {GearScheme::kJoint, {{4, 256}, {8, 64}}, 4.0});
   // 19 x 50: chunks 8, 8 and a remainder 3 (cell 4) at SEQLEN cell 64.
   const int64_t raw[] = {19, 50};
   auto plan = MakePlan(gears, raw);
@@ -218,9 +218,9 @@ TEST(MakePlan, JointSetsRunEachVariantOnItsCombination) {
 }
 
 TEST(MakePlan, SparseSetsRunUncoveredCellsUncompiledAtTheirExtents) {
-  const GearSet gears = *GearSet::Create(
-      {{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 256}, false, false}}, 1, 0,
-      {GearScheme::kSparse, {{8, 64}}, 1.0});
+  const GearSet gears =
+      *GearSet::Create({{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 256}, false, false}},
+                       1, 0, {GearScheme::kSparse, {{8, 64}}, 1.0});
   const int64_t raw[] = {19, 50};
   auto plan = MakePlan(gears, raw);
   ASSERT_TRUE(plan.ok());
@@ -228,7 +228,7 @@ TEST(MakePlan, SparseSetsRunUncoveredCellsUncompiledAtTheirExtents) {
   ASSERT_EQ(v.size(), 3u);
   EXPECT_FALSE(v[0].eager);  // (8, 64) is compiled
   EXPECT_EQ(v[0].gear[0], 8);
-  EXPECT_TRUE(v[2].eager);   // (4, 64) is not: uncompiled, exactly 3 x 50
+  EXPECT_TRUE(v[2].eager);  // (4, 64) is not: uncompiled, exactly 3 x 50
   EXPECT_EQ(v[2].gear[0], 3);
   EXPECT_EQ(v[2].gear[1], 50);
   EXPECT_TRUE(plan->any_uncompiled());
@@ -244,9 +244,9 @@ TEST(MakePlan, SparseSetsRunUncoveredCellsUncompiledAtTheirExtents) {
 TEST(MakePlan, AReusedPlanKeepsNothingOfItsPreviousRequest) {
   // A plan object reused across requests and gear sets: a one-variant
   // request after a split on a joint set is exactly a fresh plan's.
-  const GearSet joint = *GearSet::Create(
-      {{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 256}, false, false}}, 7, 0,
-      {GearScheme::kSparse, {{8, 64}}, 1.0});
+  const GearSet joint =
+      *GearSet::Create({{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 256}, false, false}},
+                       7, 0, {GearScheme::kSparse, {{8, 64}}, 1.0});
   const GearSet independent = BatchSeq({1, 4, 16}, {32, 128});
   Plan plan;
   const int64_t split[] = {19, 50};

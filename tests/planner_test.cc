@@ -1,11 +1,10 @@
-#include "gearbox/planners.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <array>
-
 #include <random>
+
+#include "gearbox/planners.h"
 
 namespace gearbox {
 namespace {
@@ -203,8 +202,7 @@ TEST(JointPlans, SchemesOnAHandCheckedGrid) {
   auto sparse = PlanJoint(sizes, 2, GearScheme::kSparse);
   ASSERT_TRUE(independent.ok() && joint.ok() && sparse.ok());
   // With 2 graphs, the joint plan finds the two clusters' corners exactly.
-  EXPECT_THAT(joint->graphs, ElementsAre(GearCombination{4, 12},
-                                         GearCombination{64, 1000}));
+  EXPECT_THAT(joint->graphs, ElementsAre(GearCombination{4, 12}, GearCombination{64, 1000}));
   EXPECT_LE(joint->padded, independent->padded);
   EXPECT_LE(static_cast<int>(independent->graphs.size()), 2);
   EXPECT_DOUBLE_EQ(joint->raw, 50.0 * (20 + 48 + 54000 + 64000));

@@ -88,7 +88,8 @@ TEST(Policy, SeedOscillationCaseIsStable) {
 TEST(Policy, EvictsTheLowestScoringGearWhenNothingUndoesIt) {
   const GearSet gears = Batch({8, 16, 64});
   const WindowStats stats = OneDim(
-      gears, {{8, Spread(8, 10, 0, 290)}, {16, Spread(16, 100, 0, 290)}, {64, Spread(64, 200, 0, 290)}},
+      gears,
+      {{8, Spread(8, 10, 0, 290)}, {16, Spread(16, 100, 0, 290)}, {64, Spread(64, 200, 0, 290)}},
       300);
   const UpdateDecision d = DecideUpdate(gears, stats, {}, NoProtection(), 300);
   const GearRecord& r8 = RecordOf(d, 8);
@@ -108,9 +109,9 @@ TEST(Policy, EvictsTheLowestScoringGearWhenNothingUndoesIt) {
 TEST(Policy, FiltersRunInTheSeedsOrder) {
   const GearSet gears = Batch({2, 4, 8, 64});
   std::map<int64_t, std::vector<RawEvent>> ev = {
-      {2, Spread(2, 50, 0, 100)},     // last hit 100: protected at now=300 (300 s window)
-      {4, Spread(4, 50, 0, 290)},     // recently hit too
-      {8, Spread(8, 50, 0, 5)},       // last hit at 5: not protected
+      {2, Spread(2, 50, 0, 100)},  // last hit 100: protected at now=300 (300 s window)
+      {4, Spread(4, 50, 0, 290)},  // recently hit too
+      {8, Spread(8, 50, 0, 5)},    // last hit at 5: not protected
       {64, Spread(64, 50, 0, 290)}};
   AdaptiveOptions o;  // protection 300 s
   o.recent_use_protect_seconds = 250;
@@ -145,7 +146,8 @@ TEST(Policy, ZeroUseGearsGoFirstWhateverTheScores) {
   const GearSet gears = Batch({4, 8, 16, 64});
   // Gear 8 has a negative score (pad 0.375); gear 4 is unused (score 0).
   const WindowStats stats = OneDim(
-      gears, {{8, Spread(5, 100, 0, 290)}, {16, Spread(16, 10, 0, 290)}, {64, Spread(64, 1000, 0, 290)}},
+      gears,
+      {{8, Spread(5, 100, 0, 290)}, {16, Spread(16, 10, 0, 290)}, {64, Spread(64, 1000, 0, 290)}},
       300);
   const UpdateDecision d = DecideUpdate(gears, stats, {}, NoProtection(), 300);
   EXPECT_LT(RecordOf(d, 8).score, RecordOf(d, 4).score);
@@ -163,10 +165,12 @@ TEST(Policy, ZeroUseGearsGoFirstWhateverTheScores) {
 
 TEST(Policy, MinSamplesPerGearFormsASecondTier) {
   const GearSet gears = Batch({4, 8, 16, 64});
-  const WindowStats stats = OneDim(
-      gears, {{4, Spread(4, 3, 0, 290)}, {8, Spread(8, 50, 0, 290)}, {16, Spread(16, 20, 0, 290)},
-              {64, Spread(64, 1000, 0, 290)}},
-      300);
+  const WindowStats stats = OneDim(gears,
+                                   {{4, Spread(4, 3, 0, 290)},
+                                    {8, Spread(8, 50, 0, 290)},
+                                    {16, Spread(16, 20, 0, 290)},
+                                    {64, Spread(64, 1000, 0, 290)}},
+                                   300);
   AdaptiveOptions o = NoProtection();
   o.replace_loss_threshold = 1.0;
   UpdateDecision d = DecideUpdate(gears, stats, {}, o, 300);
@@ -188,8 +192,8 @@ TEST(Policy, AtMostOneEvictionPerDimensionPerRound) {
 }
 
 TEST(Policy, DimensionsAreIndependent) {
-  const GearSet gears =
-      *GearSet::Create({{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 128}, false, false}});
+  const GearSet gears = *GearSet::Create(
+      {{"BATCHSIZE", {2, 4, 8}, true, false}, {"SEQLEN", {64, 128}, false, false}});
   WindowStats stats;
   for (int dd = 0; dd < 2; ++dd) {
     DimensionStats& ds = stats.dimensions.emplace_back();
@@ -233,11 +237,10 @@ TEST(Policy, SplitRuleAppliesOnlyToTheMaxGear) {
 TEST(Policy, DuplicatesCapsAndPressureOrder) {
   const GearSet gears = Batch({16, 64, 256});
   // 64 pads 40 -> 64 (0.375); 256 pads 100 -> 256 (0.609); 16 pads 16 (0).
-  const WindowStats stats = OneDim(gears,
-                                   {{16, Spread(16, 50, 0, 290)},
-                                    {64, Spread(40, 50, 0, 290)},
-                                    {256, Spread(100, 50, 0, 290)}},
-                                   300);
+  const WindowStats stats = OneDim(
+      gears,
+      {{16, Spread(16, 50, 0, 290)}, {64, Spread(40, 50, 0, 290)}, {256, Spread(100, 50, 0, 290)}},
+      300);
   AdaptiveOptions o;  // default protection keeps everything this round
   UpdateDecision d = DecideUpdate(gears, stats, {}, o, 300);
   ASSERT_EQ(d.record.additions.size(), 2u);
@@ -258,11 +261,10 @@ TEST(Policy, DuplicatesCapsAndPressureOrder) {
 
 TEST(Policy, MemoryPressureLimitsAdditionsToEvictions) {
   const GearSet gears = Batch({8, 16, 64, 256});
-  const WindowStats stats = OneDim(gears,
-                                   {{16, Spread(16, 50, 0, 290)},
-                                    {64, Spread(40, 50, 0, 290)},
-                                    {256, Spread(100, 50, 0, 290)}},
-                                   300);
+  const WindowStats stats = OneDim(
+      gears,
+      {{16, Spread(16, 50, 0, 290)}, {64, Spread(40, 50, 0, 290)}, {256, Spread(100, 50, 0, 290)}},
+      300);
   MemoryState high;
   high.usage = 0.95;
   high.threshold = 0.9;
@@ -292,7 +294,8 @@ TEST(Policy, ReplacementLossFollowsTheMappingRule) {
 TEST(Policy, RecordSerializesToOneJsonLine) {
   const GearSet gears = Batch({8, 16, 64});
   const WindowStats stats = OneDim(
-      gears, {{8, Spread(8, 10, 0, 290)}, {16, Spread(16, 100, 0, 290)}, {64, Spread(40, 200, 0, 290)}},
+      gears,
+      {{8, Spread(8, 10, 0, 290)}, {16, Spread(16, 100, 0, 290)}, {64, Spread(40, 200, 0, 290)}},
       300);
   UpdateDecision d = DecideUpdate(gears, stats, {}, NoProtection(), 300);
   d.record.sequence = 7;

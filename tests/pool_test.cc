@@ -1,9 +1,9 @@
-#include "gearbox/resource_pool.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <thread>
+
+#include "gearbox/resource_pool.h"
 
 namespace gearbox {
 namespace {

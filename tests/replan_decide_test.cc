@@ -25,10 +25,10 @@ constexpr double kNow = 10000.0;
 
 struct GearSpec {
   int64_t gear;
-  double samples;      // events at the gear's own size spread over the window (0: none)
-  double created;      // when the gear was created
-  bool initial = true; // in the runtime's initial set (not added by the policy)
-  int64_t raw = 0;     // the events' size (0: the gear's own)
+  double samples;       // events at the gear's own size spread over the window (0: none)
+  double created;       // when the gear was created
+  bool initial = true;  // in the runtime's initial set (not added by the policy)
+  int64_t raw = 0;      // the events' size (0: the gear's own)
 };
 
 // One non-splittable SEQLEN dimension: its gears and the window's sizes.
@@ -48,7 +48,9 @@ Window MakeWindow(const std::vector<GearSpec>& specs, const std::vector<Weighted
   for (const GearSpec& s : specs) {
     std::vector<RawEvent> events;
     const int n = static_cast<int>(s.samples);
-    for (int i = 0; i < n; ++i) events.push_back({s.raw > 0 ? s.raw : s.gear, kNow - 290.0 + 290.0 * i / std::max(n - 1, 1), 1});
+    for (int i = 0; i < n; ++i)
+      events.push_back(
+          {s.raw > 0 ? s.raw : s.gear, kNow - 290.0 + 290.0 * i / std::max(n - 1, 1), 1});
     GearStats g = MakeGearStats(s.gear, events, kNow, 150.0, s.created);
     g.initial = s.initial;
     d.gears.push_back(std::move(g));
@@ -68,7 +70,8 @@ MemoryState High() {
   return m;
 }
 
-UpdateDecision Decide(const Window& w, const MemoryState& memory = {}, const ReplanOptions& o = {}) {
+UpdateDecision Decide(const Window& w, const MemoryState& memory = {},
+                      const ReplanOptions& o = {}) {
   return DecideReplan(w.gears, w.stats, memory, AdaptiveOptions{}, o, kNow);
 }
 
@@ -166,18 +169,22 @@ TEST(ReplanDecision, RespectsTheLifetimeOfGearsItAdded) {
   // ago (and used), it stays for min_gear_lifetime_seconds (2400); added
   // 3000 s ago, or one of the initial gears, it goes.
   const std::vector<WeightedSize> sizes = {{100, 0.5}, {1024, 500.0}};
-  const UpdateDecision young = Decide(MakeWindow({{100, 1, kNow - 600, false}, {1024, 500, 0}}, sizes));
+  const UpdateDecision young =
+      Decide(MakeWindow({{100, 1, kNow - 600, false}, {1024, 500, 0}}, sizes));
   EXPECT_THAT(young.next_gears[0], ElementsAre(100, 1024));
   EXPECT_FALSE(young.changed);
   ASSERT_EQ(young.record.declined.size(), 1u);
   EXPECT_THAT(young.record.declined[0].reason,
               HasSubstr("gear 100 was added less than min_gear_lifetime_seconds ago"));
-  const UpdateDecision old = Decide(MakeWindow({{100, 1, kNow - 3000, false}, {1024, 500, 0}}, sizes));
+  const UpdateDecision old =
+      Decide(MakeWindow({{100, 1, kNow - 3000, false}, {1024, 500, 0}}, sizes));
   EXPECT_THAT(old.removed[0], ElementsAre(100));
-  const UpdateDecision initial = Decide(MakeWindow({{100, 1, kNow - 600, true}, {1024, 500, 0}}, sizes));
+  const UpdateDecision initial =
+      Decide(MakeWindow({{100, 1, kNow - 600, true}, {1024, 500, 0}}, sizes));
   EXPECT_THAT(initial.removed[0], ElementsAre(100));
   // An idle gear is not protected by its lifetime: removing it is no churn.
-  const UpdateDecision idle = Decide(MakeWindow({{100, 0, kNow - 600, false}, {1024, 500, 0}}, sizes));
+  const UpdateDecision idle =
+      Decide(MakeWindow({{100, 0, kNow - 600, false}, {1024, 500, 0}}, sizes));
   EXPECT_THAT(idle.removed[0], ElementsAre(100));
 }
 

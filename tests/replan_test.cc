@@ -1,5 +1,3 @@
-#include "gearbox/replan_policy.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,6 +5,7 @@
 #include <map>
 #include <random>
 
+#include "gearbox/replan_policy.h"
 #include "gearbox/runtime.h"
 
 namespace gearbox {
@@ -22,7 +21,8 @@ struct Replanned {
   std::mt19937_64 rng{7};
   double t = 0;
 
-  explicit Replanned(std::vector<DimensionSpec> dims, ReplanOptions replan = {}, AdaptiveOptions adaptive = {}) {
+  explicit Replanned(std::vector<DimensionSpec> dims, ReplanOptions replan = {},
+                     AdaptiveOptions adaptive = {}) {
     RuntimeOptions o;
     o.adaptive = adaptive;
     o.policy = UpdatePolicy::kReplan;
@@ -105,7 +105,8 @@ TEST(Replan, StationaryTrafficSettlesWithoutChurn) {
   EXPECT_LE(changes_after_warmup, 1);
   for (const auto& [g, n] : added) {
     EXPECT_LE(n, 1) << "gear " << g << " added " << n << " times";
-    EXPECT_FALSE(removed.count(g) && n > 0 && removed[g] > 0) << "gear " << g << " added and removed";
+    EXPECT_FALSE(removed.count(g) && n > 0 && removed[g] > 0)
+        << "gear " << g << " added and removed";
   }
 }
 
@@ -181,7 +182,8 @@ TEST(Replan, PolicyAddedGearsLiveAtLeastTheirLifetime) {
   const std::vector<int64_t> now = r.Gears();
   int kept = 0;
   for (int64_t g : planned) {
-    if (g > 250 && g <= 1200 && (g & (g - 1)) != 0) kept += std::binary_search(now.begin(), now.end(), g);
+    if (g > 250 && g <= 1200 && (g & (g - 1)) != 0)
+      kept += std::binary_search(now.begin(), now.end(), g);
   }
   EXPECT_GT(kept, 5);
   // ... and new gears follow the new traffic.
@@ -227,11 +229,13 @@ UpdateRecord RunTwoDims(const TwoDims& c, std::vector<int64_t>* batch_gears) {
   o.memory_probe = &probe;
   o.start_worker = false;
   auto rt = *AdaptiveGearRuntime::Create(
-      {{"BATCHSIZE", *MakeTimesGears(1, 64), true, false}, {"SEQLEN", c.seq_gears, false, false}}, o);
+      {{"BATCHSIZE", *MakeTimesGears(1, 64), true, false}, {"SEQLEN", c.seq_gears, false, false}},
+      o);
   std::mt19937_64 rng(3);
   for (double t = 0; t < 300; t += 0.2) {
     SnapshotRef snap = rt->GetSnapshot();
-    const int64_t raw[] = {1 + static_cast<int64_t>(rng() % 40), c.seq_sizes[rng() % c.seq_sizes.size()]};
+    const int64_t raw[] = {1 + static_cast<int64_t>(rng() % 40),
+                           c.seq_sizes[rng() % c.seq_sizes.size()]};
     Plan plan;
     EXPECT_TRUE(MakePlan(*snap, raw, &plan).ok());
     rt->RecordPlan(plan, t);

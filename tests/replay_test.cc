@@ -1,11 +1,10 @@
 #include "gearbox/replay.h"
 
-#include "gearbox/executed_replay.h"
-#include "gearbox/replay_summary.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "gearbox/executed_replay.h"
+#include "gearbox/replay_summary.h"
 #include "nlohmann/json.hpp"
 
 namespace gearbox {
@@ -155,7 +154,8 @@ TEST(Replay, ScheduledChecksRunUpToTheLastRowTime) {
     EXPECT_DOUBLE_EQ(r->replay_seconds, r->trace_seconds);  // none after the last row
     return times;
   };
-  EXPECT_THAT(update_times(600), ElementsAre(300.0, 600.0));  // the check at the last row's time runs
+  EXPECT_THAT(update_times(600),
+              ElementsAre(300.0, 600.0));  // the check at the last row's time runs
   EXPECT_THAT(update_times(599), ElementsAre(300.0));
   EXPECT_THAT(update_times(899), ElementsAre(300.0, 600.0));  // none at 900, after the last row
 }
@@ -332,11 +332,13 @@ TEST(Replay, MemoryModelTracksCompiledGraphs) {
 TEST(Replay, RejectsMismatchedInputs) {
   Trace t = SeqTrace({{0, 3}});
   t.dimensions = {"BATCHSIZE"};
-  EXPECT_THAT(Replay(SeqConfig({4}), t, {}).status().message(), HasSubstr("trace column 0: BATCHSIZE"));
+  EXPECT_THAT(Replay(SeqConfig({4}), t, {}).status().message(),
+              HasSubstr("trace column 0: BATCHSIZE"));
   EXPECT_FALSE(Replay(SeqConfig({4}), SeqTrace({}), {}).ok());
   ReplayOptions o;
   o.update_at = {std::nan("")};
-  EXPECT_THAT(Replay(SeqConfig({4}), SeqTrace({{0, 3}}), o).status().message(), HasSubstr("--update-at"));
+  EXPECT_THAT(Replay(SeqConfig({4}), SeqTrace({{0, 3}}), o).status().message(),
+              HasSubstr("--update-at"));
 }
 
 TEST(Replay, SummaryJsonHasTheDocumentedKeys) {

@@ -110,7 +110,8 @@ TEST(Runtime, RecordEventValidatesAndFolds) {
   Fixture f({{"BATCHSIZE", {4, 8}, true, false}, {"SEQLEN", {128, 256}, false, false}});
   EXPECT_THAT(f.runtime->RecordEvent({1.0, 1, {3}, {4, 128}}).message(), HasSubstr("raw: 1 sizes"));
   EXPECT_THAT(f.runtime->RecordEvent({1.0, 1, {3, 0}, {4, 128}}).message(), HasSubstr("raw[1]: 0"));
-  EXPECT_THAT(f.runtime->RecordEvent({1.0, 0, {3, 100}, {4, 128}}).message(), HasSubstr("count: 0"));
+  EXPECT_THAT(f.runtime->RecordEvent({1.0, 0, {3, 100}, {4, 128}}).message(),
+              HasSubstr("count: 0"));
   EXPECT_THAT(f.runtime->RecordEvent({NAN, 1, {3, 100}, {4, 128}}).message(), HasSubstr("time"));
   ASSERT_TRUE(f.runtime->RecordEvent({1.0, 2, {3, 100}, {4, 128}}).ok());
   const WindowStats s = f.runtime->BuildStatsSnapshot(1.0);
@@ -129,12 +130,14 @@ TEST(EventLog, AFullRingRefusesInsteadOfBlockingAndADrainFreesIt) {
     const int64_t gear[] = {8};
     results.push_back(log.Append(static_cast<double>(i), 1, raw, gear));
   }
-  EXPECT_THAT(results, ElementsAre(R::kAppended, R::kHalfFull, R::kAppended, R::kAppended, R::kFull));
+  EXPECT_THAT(results,
+              ElementsAre(R::kAppended, R::kHalfFull, R::kAppended, R::kAppended, R::kFull));
   EXPECT_EQ(log.appended(), 4u);
   log.CountDropped(1);
   EXPECT_EQ(log.dropped(), 1u);
   std::vector<int64_t> folded;
-  EXPECT_EQ(log.Drain([&](const int64_t* e) { folded.push_back(internal::EventWords::Raw(e, 0)); }), 4u);
+  EXPECT_EQ(log.Drain([&](const int64_t* e) { folded.push_back(internal::EventWords::Raw(e, 0)); }),
+            4u);
   EXPECT_THAT(folded, ElementsAre(1, 2, 3, 4));  // oldest first
   const int64_t raw[] = {9};
   const int64_t gear[] = {16};
@@ -147,7 +150,8 @@ TEST(EventLog, EachThreadWritesItsOwnRing) {
   auto fill = [&] {
     const int64_t raw[] = {1};
     const int64_t gear[] = {1};
-    for (int i = 0; i < 4; ++i) EXPECT_NE(log.Append(0.0, 1, raw, gear), internal::EventLog::AppendResult::kFull);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_NE(log.Append(0.0, 1, raw, gear), internal::EventLog::AppendResult::kFull);
   };
   fill();
   std::thread other(fill);  // a full ring on this thread does not fill the other's
@@ -201,7 +205,8 @@ TEST(Runtime, WithAWorkerAFullRingDropsAndCountsEveryEventItDoesNotRecord) {
   ASSERT_TRUE(record.ok());
   EXPECT_EQ(record->events_dropped, c.events_dropped);  // since the previous update: all of them
   EXPECT_THAT(UpdateRecordToJson(*record), HasSubstr("\"events_dropped\":"));
-  EXPECT_EQ(runtime->counters().events_folded, c.events_recorded);  // every recorded event is folded
+  EXPECT_EQ(runtime->counters().events_folded,
+            c.events_recorded);  // every recorded event is folded
   auto next = runtime->RunOnce(3.0);
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->events_dropped, 0u);
@@ -367,84 +372,84 @@ class Stationary : public ::testing::TestWithParam<StationaryCase> {};
 TEST_P(Stationary, NoFlappingAfterWarmUp) {
   const StationaryCase c = GetParam();
   for (const double sigmas : {0.0, 3.0}) {
-  for (uint64_t seed : {1u, 2u, 3u, 4u}) {
-    const bool guarded = sigmas > 0;
-    AdaptiveOptions o;
-    o.addition_confidence_sigmas = sigmas;
-    o.recent_use_protect_seconds = c.protect;
-    o.hysteresis_margin = c.margin;
-    o.min_samples_per_gear = c.min_samples;
-    o.replace_loss_threshold = c.loss;
-    o.add_min_samples = c.add_min;
-    Fixture f({{"BATCHSIZE", *MakeTimesGears(1, 64), true, false},
-               {"SEQLEN", *MakeTimesGears(16, 2048), false, false}},
-              o);
-    std::mt19937_64 rng(seed);
-    // A fixed mixture: batch sizes from a skewed distribution, prompt
-    // lengths log-normal-ish, clipped to the initial max.
-    std::discrete_distribution<int> batch_pick({30, 20, 15, 10, 10, 8, 7});
-    const int64_t batch_values[] = {1, 3, 6, 12, 20, 40, 57};
-    std::lognormal_distribution<double> seq_dist(6.0, 0.8);
-    const double rate = 20.0;  // requests per second
-    const int rounds = 120;
-    double t = 0.0;
-    // After warm-up: no value may be both added and removed, or changed
-    // twice (a flap); the only change allowed is the one-time eviction of a
-    // rare-tail gear (under 0.1% of the window's hits) that a window happened
-    // to miss entirely.
-    std::map<std::pair<int, int64_t>, int> changes;
-    int flaps = 0;
-    int changes_after_warmup = 0;
-    for (int round = 1; round <= rounds; ++round) {
-      const double end = round * 300.0;
-      for (; t < end; t += 1.0 / rate) {
-        const int64_t b = batch_values[batch_pick(rng)];
-        const int64_t s = std::clamp<int64_t>(static_cast<int64_t>(seq_dist(rng)), 1, 2048);
-        f.Request({b, s}, t);
-      }
-      auto r = f.runtime->RunOnce(end);
-      ASSERT_TRUE(r.ok());
-      if (round <= 40 || !r->changed) continue;
-      ++changes_after_warmup;
-      if (getenv("GEARBOX_DEBUG")) std::cerr << UpdateRecordToJson(*r) << "\n";
-      for (int d = 0; d < 2; ++d) {
-        if (guarded) {
-          EXPECT_THAT(r->added[d], IsEmpty()) << c.name << " seed " << seed << " round " << round;
+    for (uint64_t seed : {1u, 2u, 3u, 4u}) {
+      const bool guarded = sigmas > 0;
+      AdaptiveOptions o;
+      o.addition_confidence_sigmas = sigmas;
+      o.recent_use_protect_seconds = c.protect;
+      o.hysteresis_margin = c.margin;
+      o.min_samples_per_gear = c.min_samples;
+      o.replace_loss_threshold = c.loss;
+      o.add_min_samples = c.add_min;
+      Fixture f({{"BATCHSIZE", *MakeTimesGears(1, 64), true, false},
+                 {"SEQLEN", *MakeTimesGears(16, 2048), false, false}},
+                o);
+      std::mt19937_64 rng(seed);
+      // A fixed mixture: batch sizes from a skewed distribution, prompt
+      // lengths log-normal-ish, clipped to the initial max.
+      std::discrete_distribution<int> batch_pick({30, 20, 15, 10, 10, 8, 7});
+      const int64_t batch_values[] = {1, 3, 6, 12, 20, 40, 57};
+      std::lognormal_distribution<double> seq_dist(6.0, 0.8);
+      const double rate = 20.0;  // requests per second
+      const int rounds = 120;
+      double t = 0.0;
+      // After warm-up: no value may be both added and removed, or changed
+      // twice (a flap); the only change allowed is the one-time eviction of a
+      // rare-tail gear (under 0.1% of the window's hits) that a window happened
+      // to miss entirely.
+      std::map<std::pair<int, int64_t>, int> changes;
+      int flaps = 0;
+      int changes_after_warmup = 0;
+      for (int round = 1; round <= rounds; ++round) {
+        const double end = round * 300.0;
+        for (; t < end; t += 1.0 / rate) {
+          const int64_t b = batch_values[batch_pick(rng)];
+          const int64_t s = std::clamp<int64_t>(static_cast<int64_t>(seq_dist(rng)), 1, 2048);
+          f.Request({b, s}, t);
         }
-        // Guarded: any second change of a value is a flap. Seed rules: a
-        // sparse-tail gear may be added and evicted once (the seed does
-        // that); doing it again is a flap.
-        const int allowed = guarded ? 1 : 2;
-        for (int64_t g : r->added[d]) {
-          if (++changes[{d, g}] > allowed) ++flaps;
-        }
-        for (int64_t g : r->removed[d]) {
-          if (++changes[{d, g}] > allowed) ++flaps;
-          for (const GearRecord& gr : r->gears) {
-            if (guarded && gr.gear == g && gr.dimension == r->dimensions[d]) {
-              EXPECT_LT(gr.hit_rate, 0.001) << c.name << " seed " << seed << " evicted " << g;
+        auto r = f.runtime->RunOnce(end);
+        ASSERT_TRUE(r.ok());
+        if (round <= 40 || !r->changed) continue;
+        ++changes_after_warmup;
+        if (getenv("GEARBOX_DEBUG")) std::cerr << UpdateRecordToJson(*r) << "\n";
+        for (int d = 0; d < 2; ++d) {
+          if (guarded) {
+            EXPECT_THAT(r->added[d], IsEmpty()) << c.name << " seed " << seed << " round " << round;
+          }
+          // Guarded: any second change of a value is a flap. Seed rules: a
+          // sparse-tail gear may be added and evicted once (the seed does
+          // that); doing it again is a flap.
+          const int allowed = guarded ? 1 : 2;
+          for (int64_t g : r->added[d]) {
+            if (++changes[{d, g}] > allowed) ++flaps;
+          }
+          for (int64_t g : r->removed[d]) {
+            if (++changes[{d, g}] > allowed) ++flaps;
+            for (const GearRecord& gr : r->gears) {
+              if (guarded && gr.gear == g && gr.dimension == r->dimensions[d]) {
+                EXPECT_LT(gr.hit_rate, 0.001) << c.name << " seed " << seed << " evicted " << g;
+              }
             }
           }
         }
       }
+      EXPECT_EQ(flaps, 0) << c.name << " seed " << seed << " sigmas " << sigmas;
+      EXPECT_LE(changes_after_warmup, guarded ? 2 : 4)
+          << c.name << " seed " << seed << " final " << f.runtime->GetSnapshot()->DebugString();
     }
-    EXPECT_EQ(flaps, 0) << c.name << " seed " << seed << " sigmas " << sigmas;
-    EXPECT_LE(changes_after_warmup, guarded ? 2 : 4) << c.name << " seed " << seed << " final "
-                                                     << f.runtime->GetSnapshot()->DebugString();
-  }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Options, Stationary,
-    ::testing::Values(StationaryCase{"defaults", 300, 0.05, 5, 0.6},
-                      StationaryCase{"no_protection", 0, 0.05, 5, 0.6},
-                      StationaryCase{"no_protection_no_margin", 0, 0.0, 5, 0.6},
-                      StationaryCase{"loss_filter_off", 0, 0.05, 0, 10.0},
-                      StationaryCase{"twitchy", 0, 0.0, 1, 0.6, 1}),
-    [](const ::testing::TestParamInfo<StationaryCase>& param_info) {
-      return std::string(param_info.param.name);
-    });
+INSTANTIATE_TEST_SUITE_P(Options, Stationary,
+                         ::testing::Values(StationaryCase{"defaults", 300, 0.05, 5, 0.6},
+                                           StationaryCase{"no_protection", 0, 0.05, 5, 0.6},
+                                           StationaryCase{"no_protection_no_margin", 0, 0.0, 5,
+                                                          0.6},
+                                           StationaryCase{"loss_filter_off", 0, 0.05, 0, 10.0},
+                                           StationaryCase{"twitchy", 0, 0.0, 1, 0.6, 1}),
+                         [](const ::testing::TestParamInfo<StationaryCase>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
 
 TEST(Runtime, SeedOscillationCaseNeverChangesTheGearSet) {
   AdaptiveOptions o;

@@ -164,7 +164,7 @@ TEST(SeedConformance, NullThresholdMeansNoPressureWhateverTheUsage) {
   auto r = f.runtime->RunOnce(250.0);  // 32 is still protected (created at 0)
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->memory.high);
-  EXPECT_FALSE(r->memory.usage.has_value());  // not even read
+  EXPECT_FALSE(r->memory.usage.has_value());     // not even read
   EXPECT_FALSE(r->addition_budget.has_value());  // growth, not replacement
   EXPECT_THAT(r->added[0], ElementsAre(64));
   EXPECT_THAT(f.Gears(), ElementsAre(32, 64, 128));
@@ -212,8 +212,8 @@ TEST(SeedConformance, ScoreWeighsHitsPaddingAndSplitting060_020_020) {
 TEST(SeedConformance, PadDrivenAdditionFiresAtAnAveragePadOf035) {
   const GearSet gears = Batch({128});
   // 83 -> 128 pads 45/128 = 0.3516 >= 0.35: proposes and adds 83.
-  UpdateDecision d = DecideUpdate(gears, OneDim(gears, {{128, Spread(83, 5, 200, 290)}}, 300),
-                                  {}, AdaptiveOptions{}, 300);
+  UpdateDecision d = DecideUpdate(gears, OneDim(gears, {{128, Spread(83, 5, 200, 290)}}, 300), {},
+                                  AdaptiveOptions{}, 300);
   EXPECT_THAT(d.added[0], ElementsAre(83));
   // 84 -> 128 pads 44/128 = 0.34375 < 0.35: nothing.
   d = DecideUpdate(gears, OneDim(gears, {{128, Spread(84, 5, 200, 290)}}, 300), {},
@@ -224,8 +224,8 @@ TEST(SeedConformance, PadDrivenAdditionFiresAtAnAveragePadOf035) {
 
 TEST(SeedConformance, AdditionNeedsFiveSamples) {
   const GearSet gears = Batch({128});
-  UpdateDecision d = DecideUpdate(gears, OneDim(gears, {{128, Spread(64, 4, 200, 290)}}, 300),
-                                  {}, AdaptiveOptions{}, 300);
+  UpdateDecision d = DecideUpdate(gears, OneDim(gears, {{128, Spread(64, 4, 200, 290)}}, 300), {},
+                                  AdaptiveOptions{}, 300);
   EXPECT_THAT(d.record.additions, IsEmpty());  // 4 < add_min_samples = 5
   d = DecideUpdate(gears, OneDim(gears, {{128, Spread(64, 5, 200, 290)}}, 300), {},
                    AdaptiveOptions{}, 300);
@@ -238,8 +238,8 @@ TEST(SeedConformance, AdditionNeedsFiveSamples) {
 TEST(SeedConformance, SplitDrivenAdditionFiresAtAnAverageSplitOf020OnTheLargestGear) {
   const GearSet gears = Batch({64});
   // 80 on max 64 splits (80-64)/80 = 0.20: proposes 80, a new largest gear.
-  UpdateDecision d = DecideUpdate(gears, OneDim(gears, {{64, Spread(80, 5, 200, 290)}}, 300),
-                                  {}, AdaptiveOptions{}, 300);
+  UpdateDecision d = DecideUpdate(gears, OneDim(gears, {{64, Spread(80, 5, 200, 290)}}, 300), {},
+                                  AdaptiveOptions{}, 300);
   EXPECT_THAT(d.added[0], ElementsAre(80));
   ASSERT_EQ(d.record.additions.size(), 1u);
   EXPECT_EQ(d.record.additions[0].trigger, AdditionTrigger::kSplit);
@@ -253,8 +253,8 @@ TEST(SeedConformance, CandidateIsThePythonMedianOfRawSizes) {
   // int(statistics.median([40, 41, 60, 61])) = int(50.5) = 50.
   const GearSet gears = Batch({128});
   std::vector<RawEvent> ev = {{40, 250, 2}, {41, 260, 1}, {60, 270, 1}, {61, 280, 2}};
-  const UpdateDecision d = DecideUpdate(gears, OneDim(gears, {{128, ev}}, 300), {},
-                                        AdaptiveOptions{}, 300);
+  const UpdateDecision d =
+      DecideUpdate(gears, OneDim(gears, {{128, ev}}, 300), {}, AdaptiveOptions{}, 300);
   EXPECT_THAT(d.added[0], ElementsAre(50));
 }
 
@@ -262,9 +262,9 @@ TEST(SeedConformance, AdditionsStopAtSixtyFourGearsPerDimension) {
   std::vector<int64_t> many;
   for (int64_t g = 1; g <= 64; ++g) many.push_back(g * 100);
   const GearSet gears = Batch(many);
-  const UpdateDecision d = DecideUpdate(
-      gears, OneDim(gears, {{6400, Spread(3350, 5, 200, 290)}}, 300, 250),
-      {}, AdaptiveOptions{}, 300);
+  const UpdateDecision d =
+      DecideUpdate(gears, OneDim(gears, {{6400, Spread(3350, 5, 200, 290)}}, 300, 250), {},
+                   AdaptiveOptions{}, 300);
   ASSERT_EQ(d.record.additions.size(), 1u);
   EXPECT_EQ(d.record.additions[0].outcome, AdditionOutcome::kCap);
 }
@@ -275,8 +275,8 @@ TEST(SeedConformance, EvictsTheLowestScoringUnprotectedGearAtMostOncePerDimensio
   // Three unused gears and the largest: only one goes per update, and the
   // largest never.
   const GearSet gears = Batch({2, 4, 8, 64});
-  const UpdateDecision d =
-      DecideUpdate(gears, OneDim(gears, {{64, Spread(64, 50, 0, 290)}}, 300), {}, NoProtection(), 300);
+  const UpdateDecision d = DecideUpdate(gears, OneDim(gears, {{64, Spread(64, 50, 0, 290)}}, 300),
+                                        {}, NoProtection(), 300);
   EXPECT_THAT(d.removed[0], ElementsAre(2));
   EXPECT_EQ(RecordOf(d, 64).verdict, GearVerdict::kMaxGear);
 }
@@ -369,8 +369,8 @@ TEST(SeedConformance, TheConfidenceGuardIsAnOptInDeparture) {
   const GearSet gears = Batch({128});
   AdaptiveOptions o;
   o.addition_confidence_sigmas = 3.0;
-  UpdateDecision d = DecideUpdate(gears, OneDim(gears, {{128, Spread(64, 5, 200, 290)}}, 300), {},
-                                  o, 300);
+  UpdateDecision d =
+      DecideUpdate(gears, OneDim(gears, {{128, Spread(64, 5, 200, 290)}}, 300), {}, o, 300);
   ASSERT_EQ(d.record.additions.size(), 1u);
   EXPECT_EQ(d.record.additions[0].outcome, AdditionOutcome::kThin);
   EXPECT_FALSE(d.changed);

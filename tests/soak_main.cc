@@ -1,7 +1,8 @@
 // The soak program (run by hand): several request threads and an update every
 // millisecond of real time, for as many requests as asked, then the
 // invariants of docs/RELIABILITY.md.
-//   build/tests/gearbox_soak [requests=10000000] [threads=4] [update_period_us=1000] [policy=adaptive]
+//   build/tests/gearbox_soak [requests=10000000] [threads=4] [update_period_us=1000]
+//   [policy=adaptive]
 // policy: adaptive, replan, joint or sparse (the replan policy on that gear scheme).
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +20,8 @@ int main(int argc, char** argv) {
   config.scheme = policy == "joint"    ? gearbox::GearScheme::kJoint
                   : policy == "sparse" ? gearbox::GearScheme::kSparse
                                        : gearbox::GearScheme::kIndependent;
-  const bool known = policy == "adaptive" || policy == "replan" || policy == "joint" || policy == "sparse";
+  const bool known =
+      policy == "adaptive" || policy == "replan" || policy == "joint" || policy == "sparse";
   if (requests < 1 || config.threads < 1 || config.update_period_us < 1 || !known) {
     std::fprintf(stderr,
                  "usage: gearbox_soak [requests >= 1] [threads >= 1] [update_period_us >= 1] "

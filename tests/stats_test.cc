@@ -1,3 +1,5 @@
+#include "gearbox/stats.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -6,7 +8,6 @@
 #include <random>
 #include <vector>
 
-#include "gearbox/stats.h"
 #include "src/stats/gear_window.h"
 
 namespace gearbox {
@@ -113,8 +114,8 @@ TEST(GearWindow, HalfLifeHalvesTheWeight) {
 TEST(GearWindow, SlotsLeaveTheWindowWhole) {
   const WindowGeometry geo = WindowGeometry::Make(300, 30, 150);  // 10 s slots
   GearWindow w(8, 0.0, geo);
-  ASSERT_TRUE(w.Add(5.0, 4, 1, geo));    // slot [0, 10)
-  ASSERT_TRUE(w.Add(15.0, 8, 1, geo));   // slot [10, 20)
+  ASSERT_TRUE(w.Add(5.0, 4, 1, geo));                   // slot [0, 10)
+  ASSERT_TRUE(w.Add(15.0, 8, 1, geo));                  // slot [10, 20)
   EXPECT_EQ(w.Summarize(309.0, geo).sample_count, 2u);  // slot [0,10) overlaps [9, 309]
   EXPECT_EQ(w.Summarize(310.0, geo).sample_count, 1u);  // [0,10) ends at the window start
   EXPECT_EQ(w.Summarize(320.0, geo).sample_count, 0u);

@@ -139,7 +139,8 @@ StressReport RunStress(const StressConfig& config) {
         if (config.update_period_us > 0) {
           next += std::chrono::microseconds(config.update_period_us);
           std::this_thread::sleep_until(next);
-          if (config.progress && std::chrono::steady_clock::now() - last_report > std::chrono::seconds(1)) {
+          if (config.progress &&
+              std::chrono::steady_clock::now() - last_report > std::chrono::seconds(1)) {
             last_report = std::chrono::steady_clock::now();
             std::fprintf(stderr, "soak: %llu requests, %llu updates (%llu changed), %zu graphs\n",
                          static_cast<unsigned long long>(served.load()),
@@ -164,8 +165,9 @@ StressReport RunStress(const StressConfig& config) {
           }
           // Traffic that shifts with time, so gears come and go.
           const int phase = static_cast<int>((i / 4000) % 3);  // 40 updates: 20 s, one window
-          const int64_t batch =
-              1 + static_cast<int64_t>(rng() % (phase == 0 ? 6 : phase == 1 ? 40 : 13));
+          const int64_t batch = 1 + static_cast<int64_t>(rng() % (phase == 0   ? 6
+                                                                  : phase == 1 ? 40
+                                                                               : 13));
           const int64_t seq = 1 + static_cast<int64_t>(rng() % (phase == 2 ? 1024 : 300));
           SnapshotRef snap = runtime->GetSnapshot();
           const int64_t raw[] = {batch, seq};
@@ -182,7 +184,8 @@ StressReport RunStress(const StressConfig& config) {
             std::shared_ptr<GraphResource> graph = cache.Get(v.gear[0], v.gear[1]);
             auto* g = static_cast<StressGraph*>(graph.get());
             g->in_use.fetch_add(1);
-            if (g->batch != v.gear[0] || g->seq != v.gear[1]) g_released_while_held.fetch_add(1000000);
+            if (g->batch != v.gear[0] || g->seq != v.gear[1])
+              g_released_while_held.fetch_add(1000000);
             held.push_back(std::move(graph));
           });
           HoldForAWhile(rng);
@@ -236,9 +239,11 @@ std::vector<std::string> StressReport::Violations(const StressConfig& config) co
   std::vector<std::string> v;
   const uint64_t expected = static_cast<uint64_t>(config.threads) * config.requests_per_thread;
   if (served != expected) v.push_back(fmt::format("served {} of {} requests", served, expected));
-  if (released_while_held != 0) v.push_back(fmt::format("{} graphs released while held", released_while_held));
+  if (released_while_held != 0)
+    v.push_back(fmt::format("{} graphs released while held", released_while_held));
   if (events_recorded != events_accounted) {
-    v.push_back(fmt::format("{} events recorded, {} accounted for", events_recorded, events_accounted));
+    v.push_back(
+        fmt::format("{} events recorded, {} accounted for", events_recorded, events_accounted));
   }
   if (graphs_alive != pool_entries) {
     v.push_back(fmt::format("{} graphs alive but {} pool entries", graphs_alive, pool_entries));

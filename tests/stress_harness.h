@@ -43,7 +43,7 @@ struct StressReport {
   uint64_t events_accounted = 0;  // folded + dropped for evicted gears / lateness / bad time
   uint64_t graphs_alive = 0;
   uint64_t pool_entries = 0;
-  uint64_t stale_graphs = 0;      // pool entries for gear combinations no longer current
+  uint64_t stale_graphs = 0;  // pool entries for gear combinations no longer current
   double seconds = 0;
   // Empty when every invariant held.
   std::vector<std::string> Violations(const StressConfig& config) const;

@@ -48,7 +48,9 @@ INSTANTIATE_TEST_SUITE_P(Policies, Stress,
                                            Variant{"Replan", true, GearScheme::kIndependent},
                                            Variant{"ReplanJoint", true, GearScheme::kJoint},
                                            Variant{"ReplanSparse", true, GearScheme::kSparse}),
-                         [](const ::testing::TestParamInfo<Variant>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<Variant>& i) {
+                           return std::string(i.param.name);
+                         });
 
 }  // namespace
 }  // namespace gearbox::testing

@@ -36,8 +36,8 @@ struct HostTensor {
 };
 
 GearSet BatchSeq(std::vector<int64_t> batch, std::vector<int64_t> seq) {
-  return *GearSet::Create({{"BATCHSIZE", std::move(batch), true, false},
-                           {"SEQLEN", std::move(seq), false, false}});
+  return *GearSet::Create(
+      {{"BATCHSIZE", std::move(batch), true, false}, {"SEQLEN", std::move(seq), false, false}});
 }
 
 TEST(TensorOps, PadSplitRunRecoverEqualsExactComputation) {
@@ -145,7 +145,8 @@ TEST(TensorOps, BadTensorsGetErrorsNamingTheField) {
   EXPECT_THAT(GatherChunk(small_input.dl, bindings, v, 0, &chunk.dl).message(),
               HasSubstr("input.shape[0]: 2"));
   const AxisBinding bad_axis[] = {{5, 0}};
-  EXPECT_THAT(GatherChunk(input.dl, bad_axis, v, 0, &chunk.dl).message(), HasSubstr("binding.axis: 5"));
+  EXPECT_THAT(GatherChunk(input.dl, bad_axis, v, 0, &chunk.dl).message(),
+              HasSubstr("binding.axis: 5"));
   const AxisBinding bad_dim[] = {{0, 3}};
   EXPECT_THAT(GatherChunk(input.dl, bad_dim, v, 0, &chunk.dl).message(),
               HasSubstr("binding.dimension: 3"));
@@ -175,9 +176,8 @@ TEST(TensorOps, IntegerPadValues) {
   const int64_t raw[] = {2};
   auto plan = MakePlan(gears, raw);
   const AxisBinding bindings[] = {{0, 0}};
-  plan->ForEachVariant([&](const Variant& v) {
-    ASSERT_TRUE(GatherChunk(input, bindings, v, -1, &chunk).ok());
-  });
+  plan->ForEachVariant(
+      [&](const Variant& v) { ASSERT_TRUE(GatherChunk(input, bindings, v, -1, &chunk).ok()); });
   EXPECT_EQ(out, (std::vector<int32_t>{1, 2, -1, -1}));
 }
 

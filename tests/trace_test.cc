@@ -52,20 +52,23 @@ TEST_P(TraceErrors, GiveTheLineAndTheField) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, TraceErrors,
-    ::testing::Values(
-        BadTrace{"", "T.csv: empty trace"},
-        BadTrace{"t,SEQLEN\n", "T.csv: the trace has no rows"},
-        BadTrace{"SEQLEN\n5\n", "line 1: missing column \"t\""},
-        BadTrace{"t\n5\n", "line 1: missing column \"SEQLEN\""},
-        BadTrace{"t,SEQLEN,color\n0,5,red\n", "line 1: unknown column \"color\"; allowed: t, SEQLEN, mem_usage"},
-        BadTrace{"t,SEQLEN,SEQLEN\n", "column \"SEQLEN\" appears twice"},
-        BadTrace{"t,SEQLEN\n0,5\n1,abc\n", "T.csv line 3, column SEQLEN: \"abc\""},
-        BadTrace{"t,SEQLEN\n0,5\n1,0\n", "line 3, column SEQLEN: \"0\" is not allowed; an integer >= 1"},
-        BadTrace{"t,SEQLEN\n0,5\n1,2.5\n", "line 3, column SEQLEN: \"2.5\""},
-        BadTrace{"t,SEQLEN\nx,5\n", "line 2, column t: \"x\""},
-        BadTrace{"t,SEQLEN\n2,5\n1,5\n", "line 3, column t: \"1\" is not allowed; rows must be sorted by t"},
-        BadTrace{"t,SEQLEN\n0,5,6\n", "line 2: 3 fields, the header has 2"},
-        BadTrace{"t,SEQLEN,mem_usage\n0,5,1.5\n", "line 2, column mem_usage: \"1.5\""}));
+    ::testing::Values(BadTrace{"", "T.csv: empty trace"},
+                      BadTrace{"t,SEQLEN\n", "T.csv: the trace has no rows"},
+                      BadTrace{"SEQLEN\n5\n", "line 1: missing column \"t\""},
+                      BadTrace{"t\n5\n", "line 1: missing column \"SEQLEN\""},
+                      BadTrace{"t,SEQLEN,color\n0,5,red\n",
+                               "line 1: unknown column \"color\"; allowed: t, SEQLEN, mem_usage"},
+                      BadTrace{"t,SEQLEN,SEQLEN\n", "column \"SEQLEN\" appears twice"},
+                      BadTrace{"t,SEQLEN\n0,5\n1,abc\n", "T.csv line 3, column SEQLEN: \"abc\""},
+                      BadTrace{"t,SEQLEN\n0,5\n1,0\n",
+                               "line 3, column SEQLEN: \"0\" is not allowed; an integer >= 1"},
+                      BadTrace{"t,SEQLEN\n0,5\n1,2.5\n", "line 3, column SEQLEN: \"2.5\""},
+                      BadTrace{"t,SEQLEN\nx,5\n", "line 2, column t: \"x\""},
+                      BadTrace{"t,SEQLEN\n2,5\n1,5\n",
+                               "line 3, column t: \"1\" is not allowed; rows must be sorted by t"},
+                      BadTrace{"t,SEQLEN\n0,5,6\n", "line 2: 3 fields, the header has 2"},
+                      BadTrace{"t,SEQLEN,mem_usage\n0,5,1.5\n",
+                               "line 2, column mem_usage: \"1.5\""}));
 
 TEST(Convert, AzureTimestampsBecomeSecondsFromTheFirstRequest) {
   std::istringstream in(
@@ -88,14 +91,18 @@ TEST(Convert, AzureTimestampsBecomeSecondsFromTheFirstRequest) {
 
 TEST(Convert, AzureErrors) {
   std::istringstream bad_time("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-13-16 18:15:46,1,1\n");
-  EXPECT_THAT(ReadAzureTrace(bad_time, "a.csv").status().message(), HasSubstr("a.csv line 2, column TIMESTAMP"));
+  EXPECT_THAT(ReadAzureTrace(bad_time, "a.csv").status().message(),
+              HasSubstr("a.csv line 2, column TIMESTAMP"));
   std::istringstream unsorted(
-      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,1,1\n2023-11-16 18:15:46,1,1\n");
+      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,1,1\n2023-11-16 "
+      "18:15:46,1,1\n");
   EXPECT_THAT(ReadAzureTrace(unsorted, "a.csv").status().message(), HasSubstr("line 3"));
   std::istringstream zero("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,0,1\n");
-  EXPECT_THAT(ReadAzureTrace(zero, "a.csv").status().message(), HasSubstr("column ContextTokens: \"0\""));
+  EXPECT_THAT(ReadAzureTrace(zero, "a.csv").status().message(),
+              HasSubstr("column ContextTokens: \"0\""));
   std::istringstream header("time,a,b\n");
-  EXPECT_THAT(ReadAzureTrace(header, "a.csv").status().message(), HasSubstr("expected the columns"));
+  EXPECT_THAT(ReadAzureTrace(header, "a.csv").status().message(),
+              HasSubstr("expected the columns"));
 }
 
 TEST(Convert, MooncakeJsonLinesAndCsv) {
@@ -112,14 +119,17 @@ TEST(Convert, MooncakeJsonLinesAndCsv) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ((*c)[1].arrival, 0.25);
   std::istringstream huge("{\"timestamp\": 1, \"input_length\": 8.4e72, \"output_length\": 1}\n");
-  EXPECT_THAT(ReadMooncakeTrace(huge, "m").status().message(), HasSubstr("column input_length"));  // found by fuzzing
+  EXPECT_THAT(ReadMooncakeTrace(huge, "m").status().message(),
+              HasSubstr("column input_length"));  // found by fuzzing
   std::istringstream missing("{\"timestamp\": 1, \"input_length\": 5}\n");
-  EXPECT_THAT(ReadMooncakeTrace(missing, "m").status().message(), HasSubstr("line 1, column output_length"));
+  EXPECT_THAT(ReadMooncakeTrace(missing, "m").status().message(),
+              HasSubstr("line 1, column output_length"));
 }
 
 TEST(Convert, LengthListsGetPoissonArrivals) {
   std::string text = "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n";
-  for (int i = 1; i <= 2000; ++i) text += std::to_string(i) + ",3," + std::to_string(i + 3) + ",1.0\n";
+  for (int i = 1; i <= 2000; ++i)
+    text += std::to_string(i) + ",3," + std::to_string(i + 3) + ",1.0\n";
   std::istringstream in(text);
   auto r = ReadLengthList(in, "l.csv", 10.0, 7);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -177,18 +187,21 @@ TEST(TraceCsv, QuotedCommasAndQuotesAreOneField) {
 TEST(TraceCsv, UnprintableBytesAreEscapedInErrors) {
   auto t = Read(std::string("t,SEQLEN\n0,4\x00x\n", 15));
   ASSERT_FALSE(t.ok());
-  EXPECT_THAT(std::string(t.status().message()), HasSubstr("column SEQLEN: \"4\\x00x\" is not allowed"));
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("column SEQLEN: \"4\\x00x\" is not allowed"));
   auto q = Read("t,SEQLEN\n0,\"4\n");
   ASSERT_FALSE(q.ok());
-  EXPECT_THAT(std::string(q.status().message()), HasSubstr(R"(T.csv line 2: "0,"4" has an unterminated quote)"));
+  EXPECT_THAT(std::string(q.status().message()),
+              HasSubstr(R"(T.csv line 2: "0,"4" has an unterminated quote)"));
 }
 
 // Issue 11 defects 2, 3 and 9: timestamps and sizes out of range.
 TEST(TraceCsv, TimestampsAndSizesOutOfRangeSayWhatIsAllowed) {
   auto t = Read("t,SEQLEN\n0,4\n1e12,4\n");
   ASSERT_FALSE(t.ok());
-  EXPECT_THAT(std::string(t.status().message()), HasSubstr("line 3, column t: \"1e12\" is not allowed; a number of "
-                                                           "seconds in [-1e11, 1e11]"));
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("line 3, column t: \"1e12\" is not allowed; a number of "
+                        "seconds in [-1e11, 1e11]"));
   auto s = Read("t,SEQLEN\n0,99999999999999999999\n");
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("an integer in [1, 2^63 - 1]"));
@@ -196,7 +209,8 @@ TEST(TraceCsv, TimestampsAndSizesOutOfRangeSayWhatIsAllowed) {
 
 TEST(AzureTrace, SkipsAByteOrderMarkAndReadsQuotedFields) {
   std::istringstream in(
-      "\xEF\xBB\xBFTIMESTAMP,ContextTokens,GeneratedTokens\n\"2023-11-16 18:15:46.5\",\"374\",44\n");
+      "\xEF\xBB\xBFTIMESTAMP,ContextTokens,GeneratedTokens\n\"2023-11-16 "
+      "18:15:46.5\",\"374\",44\n");
   auto r = ReadAzureTrace(in, "A.csv");
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->size(), 1u);

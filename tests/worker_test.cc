@@ -1,11 +1,10 @@
-#include "gearbox/update_worker.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
 #include "gearbox/runtime.h"
+#include "gearbox/update_worker.h"
 #include "src/common/mutex.h"
 
 namespace gearbox {
@@ -111,7 +110,9 @@ TEST(Worker, ReplanChecksOftenUntilItsFirstPlan) {
   RuntimeOptions adaptive = o;
   adaptive.policy = UpdatePolicy::kAdaptive;
   adaptive.start_worker = false;
-  EXPECT_EQ((*AdaptiveGearRuntime::Create({{"SEQLEN", {8}, false, false}}, adaptive))->CheckIntervalSeconds(), 60.0);
+  EXPECT_EQ((*AdaptiveGearRuntime::Create({{"SEQLEN", {8}, false, false}}, adaptive))
+                ->CheckIntervalSeconds(),
+            60.0);
 }
 
 TEST(Worker, MemoryPressureTriggersAtTheNextCheck) {

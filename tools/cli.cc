@@ -1,4 +1,6 @@
 // The gearbox command line: subcommands, parse errors, exit codes.
+#include "CLI/CLI.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -7,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "CLI/CLI.hpp"
 #include "tools/cli.h"
 #include "tools/commands.h"
 
@@ -48,8 +49,9 @@ bool ReportUnknownCommand(int argc, char** argv, const std::map<std::string, Com
       best = name;
     }
   }
-  std::fprintf(stderr, "gearbox: unknown command \"%s\"%s; commands: %s (gearbox --help)\n", word.c_str(),
-               best.empty() ? "" : ("; did you mean \"" + best + "\"?").c_str(), all.c_str());
+  std::fprintf(stderr, "gearbox: unknown command \"%s\"%s; commands: %s (gearbox --help)\n",
+               word.c_str(), best.empty() ? "" : ("; did you mean \"" + best + "\"?").c_str(),
+               all.c_str());
   return true;
 }
 
@@ -77,7 +79,8 @@ int RunCli(int argc, char** argv) {
       if (it != commands.end()) return it->second();
     }
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "gearbox: out of memory (the input asks for more than this machine has)\n");
+    std::fprintf(stderr,
+                 "gearbox: out of memory (the input asks for more than this machine has)\n");
     return kExitBadInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gearbox: internal error: %s\n", e.what());

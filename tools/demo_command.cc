@@ -24,8 +24,8 @@ int RunDemo(const DemoFlags& flags) {
   FixedMemoryProbe probe(0.5);
   // At most 1e8 requests (about a minute): minutes x rate bounds the run.
   if (flags.minutes * 60.0 * flags.rate > 1e8) {
-    std::fprintf(stderr, "gearbox demo: --minutes %g at --rate %g is %g requests; at most 1e8\n", flags.minutes,
-                 flags.rate, flags.minutes * 60.0 * flags.rate);
+    std::fprintf(stderr, "gearbox demo: --minutes %g at --rate %g is %g requests; at most 1e8\n",
+                 flags.minutes, flags.rate, flags.minutes * 60.0 * flags.rate);
     return 2;
   }
   GraphResourcePool pool;
@@ -35,12 +35,13 @@ int RunDemo(const DemoFlags& flags) {
   options.pool = &pool;
   options.start_worker = false;  // the demo drives the worker's checks on virtual time
   if (flags.json) {
-    options.on_update = [](const UpdateRecord& r) { std::printf("%s\n", UpdateRecordToJson(r).c_str()); };
+    options.on_update = [](const UpdateRecord& r) {
+      std::printf("%s\n", UpdateRecordToJson(r).c_str());
+    };
   }
-  auto runtime = AdaptiveGearRuntime::Create(
-      {{"BATCHSIZE", *MakeTimesGears(1, 64), true, false},
-       {"SEQLEN", *MakeTimesGears(16, 4096), false, true}},
-      options);
+  auto runtime = AdaptiveGearRuntime::Create({{"BATCHSIZE", *MakeTimesGears(1, 64), true, false},
+                                              {"SEQLEN", *MakeTimesGears(16, 4096), false, true}},
+                                             options);
   if (!runtime.ok()) {
     std::fprintf(stderr, "gearbox demo: %s\n", std::string(runtime.status().message()).c_str());
     return 2;
@@ -91,9 +92,12 @@ int RunDemo(const DemoFlags& flags) {
 
 Command AddDemoCommand(CLI::App& app) {
   auto flags = std::make_shared<DemoFlags>();
-  CLI::App* cmd = app.add_subcommand("demo", "synthetic traffic through the runtime on a virtual clock");
-  cmd->add_option("--minutes", flags->minutes, "virtual minutes to run")->check(NumberIn(0, 1e4, "minutes in (0, 10000]", true));
-  cmd->add_option("--rate", flags->rate, "requests per second")->check(NumberIn(0, 1e5, "requests per second in (0, 100000]", true));
+  CLI::App* cmd =
+      app.add_subcommand("demo", "synthetic traffic through the runtime on a virtual clock");
+  cmd->add_option("--minutes", flags->minutes, "virtual minutes to run")
+      ->check(NumberIn(0, 1e4, "minutes in (0, 10000]", true));
+  cmd->add_option("--rate", flags->rate, "requests per second")
+      ->check(NumberIn(0, 1e5, "requests per second in (0, 100000]", true));
   cmd->add_option("--seed", flags->seed, "random seed");
   cmd->add_flag("--json", flags->json, "print each update's record as a JSON line");
   return [flags] { return RunDemo(*flags); };

@@ -22,7 +22,8 @@ namespace gearbox::tools {
 static std::atomic<int> atomic_file_count{0};
 
 AtomicFile::AtomicFile(std::string path)
-    : path_(std::move(path)), temp_(fmt::format("{}.tmp.{}.{}", path_, getpid(), atomic_file_count++)) {
+    : path_(std::move(path)),
+      temp_(fmt::format("{}.tmp.{}.{}", path_, getpid(), atomic_file_count++)) {
   out_.open(temp_, std::ios::binary | std::ios::trunc);
 }
 
@@ -35,7 +36,8 @@ AtomicFile::~AtomicFile() {
 }
 
 absl::Status AtomicFile::status() const {
-  if (!out_.is_open()) return absl::PermissionDeniedError(fmt::format("{}: cannot write here", path_));
+  if (!out_.is_open())
+    return absl::PermissionDeniedError(fmt::format("{}: cannot write here", path_));
   return absl::OkStatus();
 }
 
@@ -63,13 +65,15 @@ ProgressBar::ProgressBar(std::string label)
 
 void ProgressBar::Update(size_t done, size_t total) {
   if (!enabled_ || total == 0) return;
-  const int percent = static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
+  const int percent =
+      static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
   if (percent == last_percent_) return;
   last_percent_ = percent;
   const int width = 30;
   const int filled = percent * width / 100;
-  std::fprintf(stderr, "\r%s [%s%s] %3d%% (%zu/%zu)", label_.c_str(), std::string(filled, '#').c_str(),
-               std::string(width - filled, '.').c_str(), percent, done, total);
+  std::fprintf(stderr, "\r%s [%s%s] %3d%% (%zu/%zu)", label_.c_str(),
+               std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), percent,
+               done, total);
   std::fflush(stderr);
 }
 
@@ -98,7 +102,7 @@ struct FileIdentity {
 };
 
 FileIdentity IdentityOf(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0) return {};
   return {st.st_dev, st.st_ino, true, S_ISDIR(st.st_mode)};
 }
@@ -112,7 +116,8 @@ bool SameFile(const std::string& a, const std::string& b) {
 absl::Status CheckWritable(const NamedPath& out) {
   const FileIdentity id = IdentityOf(out.path);
   if (id.directory) {
-    return absl::InvalidArgumentError(fmt::format("{}: {} is a directory; name a file", out.flag, out.path));
+    return absl::InvalidArgumentError(
+        fmt::format("{}: {} is a directory; name a file", out.flag, out.path));
   }
   fs::path dir = fs::path(out.path).parent_path();
   if (dir.empty()) dir = ".";
@@ -132,8 +137,8 @@ absl::Status CheckWritable(const NamedPath& out) {
 std::string PlotSafe(const std::string& text) {
   std::string out;
   for (char c : text) {
-    const bool safe = std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.' ||
-                      c == '/' || c == ' ';
+    const bool safe = std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' ||
+                      c == '.' || c == '/' || c == ' ';
     out += safe ? c : '?';
   }
   return out;
@@ -169,20 +174,22 @@ absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir, const s
 
 }  // namespace
 
-absl::Status CheckOutputPaths(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
+absl::Status CheckOutputPaths(const std::vector<NamedPath>& inputs,
+                              const std::vector<NamedPath>& outputs) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     const NamedPath& out = outputs[i];
     if (out.path.empty()) continue;
     for (const NamedPath& in : inputs) {
       if (!in.path.empty() && SameFile(out.path, in.path)) {
-        return absl::InvalidArgumentError(fmt::format("{}: {} is the {} file ({}); it would be overwritten",
-                                                      out.flag, out.path, in.flag, in.path));
+        return absl::InvalidArgumentError(
+            fmt::format("{}: {} is the {} file ({}); it would be overwritten", out.flag, out.path,
+                        in.flag, in.path));
       }
     }
     for (size_t j = 0; j < i; ++j) {
       if (!outputs[j].path.empty() && SameFile(out.path, outputs[j].path)) {
-        return absl::InvalidArgumentError(fmt::format("{}: {} is also the {} output ({})", out.flag, out.path,
-                                                      outputs[j].flag, outputs[j].path));
+        return absl::InvalidArgumentError(fmt::format("{}: {} is also the {} output ({})", out.flag,
+                                                      out.path, outputs[j].flag, outputs[j].path));
       }
     }
     if (auto s = CheckWritable(out); !s.ok()) return s;
@@ -218,7 +225,8 @@ absl::Status WriteReplayPlot(const std::vector<ReplayResult>& results, const std
   } cleanup{dir};
 
   const size_t dims = results.front().dimensions.size();
-  const double t0 = results.front().gear_timeline.empty() ? 0.0 : results.front().gear_timeline.front().time;
+  const double t0 =
+      results.front().gear_timeline.empty() ? 0.0 : results.front().gear_timeline.front().time;
   const double end_minutes = results.front().replay_seconds / 60.0;
   // Data files: gears-<policy>-<dim>.dat ("minutes gear"), waste-<policy>.dat.
   for (size_t p = 0; p < results.size(); ++p) {
@@ -227,21 +235,26 @@ absl::Status WriteReplayPlot(const std::vector<ReplayResult>& results, const std
       std::string text;
       for (size_t s = 0; s < r.gear_timeline.size(); ++s) {
         const GearSetSample& sample = r.gear_timeline[s];
-        for (int64_t g : sample.gears[d]) text += fmt::format("{} {}\n", (sample.time - t0) / 60.0, g);
+        for (int64_t g : sample.gears[d])
+          text += fmt::format("{} {}\n", (sample.time - t0) / 60.0, g);
       }
       // The static policy has only the start: repeat it at the end so it shows as a ladder.
       if (r.gear_timeline.size() == 1) {
-        for (int64_t g : r.gear_timeline.front().gears[d]) text += fmt::format("{} {}\n", end_minutes, g);
+        for (int64_t g : r.gear_timeline.front().gears[d])
+          text += fmt::format("{} {}\n", end_minutes, g);
       }
-      if (auto s = WriteFileAtomically((dir / fmt::format("gears-{}-{}.dat", p, d)).string(), text); !s.ok()) {
+      if (auto s = WriteFileAtomically((dir / fmt::format("gears-{}-{}.dat", p, d)).string(), text);
+          !s.ok()) {
         return s;
       }
     }
     std::string waste;
     for (const WasteBucket& b : r.waste_timeline) {
-      if (b.raw > 0) waste += fmt::format("{} {}\n", (b.start - t0) / 60.0, 100.0 * (b.padded / b.raw - 1.0));
+      if (b.raw > 0)
+        waste += fmt::format("{} {}\n", (b.start - t0) / 60.0, 100.0 * (b.padded / b.raw - 1.0));
     }
-    if (auto s = WriteFileAtomically((dir / fmt::format("waste-{}.dat", p)).string(), waste); !s.ok()) {
+    if (auto s = WriteFileAtomically((dir / fmt::format("waste-{}.dat", p)).string(), waste);
+        !s.ok()) {
       return s;
     }
   }
@@ -257,8 +270,9 @@ absl::Status WriteReplayPlot(const std::vector<ReplayResult>& results, const std
                           PlotSafe(results.front().dimensions[d]));
     script += "set logscale y 2\nset ylabel 'gear'\nplot ";
     for (size_t p = 0; p < results.size(); ++p) {
-      script += fmt::format("{}'gears-{}-{}.dat' using 1:2 with points pt {} ps 0.6 title '{}'", p ? ", " : "", p,
-                            d, 7 - static_cast<int>(p) * 2, PlotSafe(results[p].policy));
+      script += fmt::format("{}'gears-{}-{}.dat' using 1:2 with points pt {} ps 0.6 title '{}'",
+                            p ? ", " : "", p, d, 7 - static_cast<int>(p) * 2,
+                            PlotSafe(results[p].policy));
     }
     script += "\nunset logscale y\n";
   }

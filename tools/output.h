@@ -58,7 +58,8 @@ struct NamedPath {
 // (its directory exists and is writable; it is not a directory) and none of
 // them is an input or another output, also through symbolic links, "..",
 // or hard links (same device and inode); else the flags, the paths and why.
-absl::Status CheckOutputPaths(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs);
+absl::Status CheckOutputPaths(const std::vector<NamedPath>& inputs,
+                              const std::vector<NamedPath>& outputs);
 
 // The gnuplot executable on PATH, or an error saying it is needed for --plot.
 absl::StatusOr<std::string> FindGnuplot();

@@ -40,7 +40,8 @@ struct PlanFlags {
 
 int RunJoint(const PlanFlags& f) {
   const size_t comma = f.joint.find(',');
-  if (comma == std::string::npos) return Fail(fmt::format("--joint: \"{}\" is not allowed; two columns A,B", f.joint));
+  if (comma == std::string::npos)
+    return Fail(fmt::format("--joint: \"{}\" is not allowed; two columns A,B", f.joint));
   const std::string a = f.joint.substr(0, comma), b = f.joint.substr(comma + 1);
   auto trace = LoadTraceFile(f.trace, {});
   if (!trace.ok()) return Fail(std::string(trace.status().message()));
@@ -50,8 +51,8 @@ int RunJoint(const PlanFlags& f) {
     if (trace->dimensions[i] == b) ib = static_cast<int>(i);
   }
   if (ia < 0 || ib < 0 || ia == ib) {
-    return Fail(fmt::format("--joint: \"{}\" must name two different columns of {}; columns: {}", f.joint, f.trace,
-                            fmt::join(trace->dimensions, ", ")));
+    return Fail(fmt::format("--joint: \"{}\" must name two different columns of {}; columns: {}",
+                            f.joint, f.trace, fmt::join(trace->dimensions, ", ")));
   }
   if (f.graphs < 1) return Fail("--joint needs --graphs G (the compiled-graph budget)");
   std::map<std::pair<int64_t, int64_t>, double> counts;
@@ -59,13 +60,15 @@ int RunJoint(const PlanFlags& f) {
   std::vector<Size2D> sizes;
   for (const auto& [k, n] : counts) sizes.push_back({k.first, k.second, n});
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
-  std::string text = fmt::format("{} x {}: {} rows, {} distinct pairs, at most {} compiled graphs\n", a, b,
-                                 trace->rows(), sizes.size(), f.graphs);
+  std::string text =
+      fmt::format("{} x {}: {} rows, {} distinct pairs, at most {} compiled graphs\n", a, b,
+                  trace->rows(), sizes.size(), f.graphs);
   for (GearScheme scheme : {GearScheme::kIndependent, GearScheme::kJoint, GearScheme::kSparse}) {
     auto p = PlanJoint(sizes, f.graphs, scheme, f.seed);
     if (!p.ok()) return Fail(std::string(p.status().message()));
     text += fmt::format("  {:<12} {:>4} graphs  waste {:>8.2f}%  uncompiled requests {:>6.2f}%\n",
-                        GearSchemeName(scheme), p->graphs.size(), 100.0 * p->waste(), 100.0 * p->fallback_share);
+                        GearSchemeName(scheme), p->graphs.size(), 100.0 * p->waste(),
+                        100.0 * p->fallback_share);
     nlohmann::ordered_json j;
     j["scheme"] = GearSchemeName(scheme);
     j["graphs"] = p->graphs.size();
@@ -109,7 +112,8 @@ int RunPlan(PlanFlags f) {
   } else if (f.splittable == "false") {
     splittable = false;
   } else if (f.splittable != "auto") {
-    return Fail(fmt::format("--splittable: \"{}\" is not allowed; true, false or auto", f.splittable));
+    return Fail(
+        fmt::format("--splittable: \"{}\" is not allowed; true, false or auto", f.splittable));
   }
   if (!f.weights.empty()) {
     std::stringstream in(f.weights);
@@ -126,7 +130,8 @@ int RunPlan(PlanFlags f) {
         break;
       }
     }
-    if (w.size() != 3) return Fail(fmt::format("--weights: \"{}\" is not allowed; alpha,beta,gamma", f.weights));
+    if (w.size() != 3)
+      return Fail(fmt::format("--weights: \"{}\" is not allowed; alpha,beta,gamma", f.weights));
     f.cost.alpha = w[0];
     f.cost.beta = w[1];
     f.cost.gamma = w[2];
@@ -145,8 +150,8 @@ int RunPlan(PlanFlags f) {
     methods = {*m};
   }
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
-  std::string text = fmt::format("{}: {} requests, sizes {}..{}\n", f.dim, trace->rows(), hist.values.front(),
-                                 hist.values.back());
+  std::string text = fmt::format("{}: {} requests, sizes {}..{}\n", f.dim, trace->rows(),
+                                 hist.values.front(), hist.values.back());
   for (PlanMethod method : methods) {
     GearPlan plan;
     CostBreakdown cost;
@@ -174,19 +179,25 @@ int RunPlan(PlanFlags f) {
     j["method"] = PlanMethodName(method);
     j["gears"] = plan.gears;
     j["padding_waste"] = plan.waste();
-    j["cost"] = {{"compile_seconds", cost.compile_seconds}, {"padding_seconds", cost.padding_seconds},
-                 {"memory_gib", cost.memory_gib}, {"total", cost.total}};
+    j["cost"] = {{"compile_seconds", cost.compile_seconds},
+                 {"padding_seconds", cost.padding_seconds},
+                 {"memory_gib", cost.memory_gib},
+                 {"total", cost.total}};
     j["search"] = plan.search;
     all.push_back(j);
-    text += fmt::format("  {:<9} {:>3} gears  waste {:>7.2f}%  cost {:>10.3f} (compile {:.1f} s, padding {:.2f} s, memory {:.3f} GiB)\n    {}\n",
-                        PlanMethodName(method), plan.gears.size(), 100.0 * plan.waste(), cost.total,
-                        cost.compile_seconds, cost.padding_seconds, cost.memory_gib,
-                        fmt::format("{}", fmt::join(plan.gears, ",")));
+    text += fmt::format(
+        "  {:<9} {:>3} gears  waste {:>7.2f}%  cost {:>10.3f} (compile {:.1f} s, padding {:.2f} s, "
+        "memory {:.3f} GiB)\n    {}\n",
+        PlanMethodName(method), plan.gears.size(), 100.0 * plan.waste(), cost.total,
+        cost.compile_seconds, cost.padding_seconds, cost.memory_gib,
+        fmt::format("{}", fmt::join(plan.gears, ",")));
   }
   for (const auto& j : all) {
     if (j["gears"].size() > static_cast<size_t>(kMaxGearsPerDimension)) {
-      std::fprintf(stderr, "gearbox plan: warning: %s plans %zu gears; the runtime holds at most %d per dimension\n",
-                   j["method"].get<std::string>().c_str(), j["gears"].size(), kMaxGearsPerDimension);
+      std::fprintf(
+          stderr,
+          "gearbox plan: warning: %s plans %zu gears; the runtime holds at most %d per dimension\n",
+          j["method"].get<std::string>().c_str(), j["gears"].size(), kMaxGearsPerDimension);
     }
   }
   if (f.json) {
@@ -204,22 +215,31 @@ Command AddPlanCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "offline gear planning for one dimension of a trace");
   cmd->add_option("--trace", f->trace, "trace CSV")->required();
   cmd->add_option("--dim", f->dim, "dimension (column) to plan");
-  cmd->add_option("--joint", f->joint, "two columns A,B: compare independent, joint and sparse 2-D gears");
-  cmd->add_option("--graphs", f->graphs, "with --joint: the compiled-graph budget")->check(CLI::Range(1, 4096));
+  cmd->add_option("--joint", f->joint,
+                  "two columns A,B: compare independent, joint and sparse 2-D gears");
+  cmd->add_option("--graphs", f->graphs, "with --joint: the compiled-graph budget")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--gears", f->gears, "plan exactly K gears")->check(CLI::Range(1, 4096));
-  cmd->add_option("--budget", f->budget, "choose the count (1..N) by the cost model")->check(CLI::Range(1, 4096));
+  cmd->add_option("--budget", f->budget, "choose the count (1..N) by the cost model")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--method", f->method, "uniform, quantile, kmeans or dp");
   cmd->add_flag("--compare", f->compare, "every method side by side");
-  cmd->add_option("--splittable", f->splittable, "true, false, or auto (BATCHSIZE splits); dp with --gears only");
+  cmd->add_option("--splittable", f->splittable,
+                  "true, false, or auto (BATCHSIZE splits); dp with --gears only");
   cmd->add_option("--seed", f->seed, "k-means++ seed");
-  cmd->add_option("--compile-seconds", f->cost.compile_seconds, "cost model: compile time per gear");
-  cmd->add_option("--seconds-per-unit", f->cost.seconds_per_unit, "cost model: run time per unit of size");
+  cmd->add_option("--compile-seconds", f->cost.compile_seconds,
+                  "cost model: compile time per gear");
+  cmd->add_option("--seconds-per-unit", f->cost.seconds_per_unit,
+                  "cost model: run time per unit of size");
   cmd->add_option("--seconds-per-run", f->cost.seconds_per_run,
                   "cost model: run time of every executed variant whatever its size");
-  cmd->add_option("--runtime-exponent", f->cost.runtime_exponent, "cost model: run time ~ size^exponent");
+  cmd->add_option("--runtime-exponent", f->cost.runtime_exponent,
+                  "cost model: run time ~ size^exponent");
   cmd->add_option("--memory-fixed-bytes", f->cost.memory_fixed_bytes, "cost model: bytes per gear");
-  cmd->add_option("--memory-bytes-per-unit", f->cost.memory_bytes_per_unit, "cost model: bytes per unit of gear size");
-  cmd->add_option("--weights", f->weights, "cost model: alpha,beta,gamma (compile, padding runtime, memory)");
+  cmd->add_option("--memory-bytes-per-unit", f->cost.memory_bytes_per_unit,
+                  "cost model: bytes per unit of gear size");
+  cmd->add_option("--weights", f->weights,
+                  "cost model: alpha,beta,gamma (compile, padding runtime, memory)");
   cmd->add_flag("--json", f->json, "print JSON");
   return [f] { return RunPlan(*f); };
 }

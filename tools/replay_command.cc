@@ -57,8 +57,8 @@ absl::StatusOr<std::vector<double>> ParseTimes(const std::string& text) {
       if (used != item.size() || !std::isfinite(t)) throw std::invalid_argument(item);
       out.push_back(t);
     } catch (const std::exception&) {
-      return absl::InvalidArgumentError(
-          fmt::format("--update-at: \"{}\" is not allowed; comma-separated times in seconds", item));
+      return absl::InvalidArgumentError(fmt::format(
+          "--update-at: \"{}\" is not allowed; comma-separated times in seconds", item));
     }
   }
   return out;
@@ -74,7 +74,8 @@ absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
     auto p = ParseUpdatePolicy(name, "--policy");
     if (!p.ok()) return p.status();
     if (std::find(policies.begin(), policies.end(), *p) != policies.end()) {
-      return absl::InvalidArgumentError(fmt::format("--policy: \"{}\" is named twice; name each policy once", name));
+      return absl::InvalidArgumentError(
+          fmt::format("--policy: \"{}\" is named twice; name each policy once", name));
     }
     policies.push_back(*p);
   }
@@ -85,7 +86,8 @@ absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
     auto s = ParseGearScheme(name, "--scheme");
     if (!s.ok()) return s.status();
     if (std::find(schemes.begin(), schemes.end(), std::optional<GearScheme>(*s)) != schemes.end()) {
-      return absl::InvalidArgumentError(fmt::format("--scheme: \"{}\" is named twice; name each scheme once", name));
+      return absl::InvalidArgumentError(
+          fmt::format("--scheme: \"{}\" is named twice; name each scheme once", name));
     }
     schemes.push_back(*s);
   }
@@ -119,28 +121,34 @@ absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
 // Flags that only make sense together, and values CLI11's checks let through.
 absl::Status CheckFlagCombinations(const ReplayFlags& f) {
   if (f.execute.empty()) {
-    if (f.size_scale != 1.0) return absl::InvalidArgumentError("--size-scale: applies to --execute only");
-    if (!f.backend_params.empty()) return absl::InvalidArgumentError("--backend-param: applies to --execute only");
-    if (f.max_requests != 0) return absl::InvalidArgumentError("--max-requests: applies to --execute only");
+    if (f.size_scale != 1.0)
+      return absl::InvalidArgumentError("--size-scale: applies to --execute only");
+    if (!f.backend_params.empty())
+      return absl::InvalidArgumentError("--backend-param: applies to --execute only");
+    if (f.max_requests != 0)
+      return absl::InvalidArgumentError("--max-requests: applies to --execute only");
     if (f.memory_budget_mb != 0.0) {
       return absl::InvalidArgumentError("--memory-budget-mb: applies to --execute only");
     }
   }
   if (!std::isfinite(f.memory_budget_mb) || f.memory_budget_mb < 0 || f.memory_budget_mb > 1e12) {
     return absl::InvalidArgumentError(
-        fmt::format("--memory-budget-mb: {} is not allowed; megabytes in [0, 1e12] (0: no budget)", f.memory_budget_mb));
+        fmt::format("--memory-budget-mb: {} is not allowed; megabytes in [0, 1e12] (0: no budget)",
+                    f.memory_budget_mb));
   }
   if (!(f.max_reject_ratio >= 0.0 && f.max_reject_ratio <= 1.0)) {
-    return absl::InvalidArgumentError(
-        fmt::format("--max-reject-ratio: {} is not allowed; a fraction in [0, 1]", f.max_reject_ratio));
+    return absl::InvalidArgumentError(fmt::format(
+        "--max-reject-ratio: {} is not allowed; a fraction in [0, 1]", f.max_reject_ratio));
   }
   if (!std::isfinite(f.bucket_seconds)) {
-    return absl::InvalidArgumentError(fmt::format("--bucket-seconds: {} is not allowed; finite seconds > 0", f.bucket_seconds));
+    return absl::InvalidArgumentError(
+        fmt::format("--bucket-seconds: {} is not allowed; finite seconds > 0", f.bucket_seconds));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<ReplayResult>> RunSimulated(const ReplayFlags& f, const RuntimeConfig& config,
+absl::StatusOr<std::vector<ReplayResult>> RunSimulated(const ReplayFlags& f,
+                                                       const RuntimeConfig& config,
                                                        const Trace& trace,
                                                        const std::vector<ReplayRunOptions>& runs,
                                                        AtomicFile* decisions) {
@@ -188,7 +196,8 @@ void PrintTable(const ReplayFlags& f, const RuntimeConfig& config, const Trace& 
       row(fmt::format("  {} alone", name),
           [&, d](size_t i) { return Percent(rs[i].dimension_waste(static_cast<int>(d))); });
     }
-    row(fmt::format("avg gears {}", name), [&, d](size_t i) { return fmt::format("{:.1f}", rs[i].avg_gears[d]); });
+    row(fmt::format("avg gears {}", name),
+        [&, d](size_t i) { return fmt::format("{:.1f}", rs[i].avg_gears[d]); });
     if (!optimum.empty()) {
       row("  offline optimum, same gear count", [&, d](size_t i) {
         const DimensionOptimum& o = optimum[i][d];
@@ -207,30 +216,37 @@ void PrintTable(const ReplayFlags& f, const RuntimeConfig& config, const Trace& 
         });
       }
     }
-    row(fmt::format("final gears {}", name), [&, d](size_t i) { return fmt::format("{}", rs[i].final_gears[d].size()); });
+    row(fmt::format("final gears {}", name),
+        [&, d](size_t i) { return fmt::format("{}", rs[i].final_gears[d].size()); });
   }
-  row("compiles (per hour)", [&](size_t i) { return fmt::format("{} ({:.1f})", rs[i].compiles, rs[i].compiles_per_hour); });
+  row("compiles (per hour)", [&](size_t i) {
+    return fmt::format("{} ({:.1f})", rs[i].compiles, rs[i].compiles_per_hour);
+  });
   row("gears evicted < 1 h after added", [&](size_t i) {
     return fmt::format("{} (max {}/gear)", rs[i].short_lived_gears, rs[i].max_gear_cycles_per_hour);
   });
   row("updates (changed the gears)",
       [&](size_t i) { return fmt::format("{} ({})", rs[i].updates, rs[i].updates_changed); });
   row("split / eager / rejected requests", [&](size_t i) {
-    return fmt::format("{}/{}/{}", rs[i].split_requests, rs[i].eager_requests, rs[i].rejected_requests);
+    return fmt::format("{}/{}/{}", rs[i].split_requests, rs[i].eager_requests,
+                       rs[i].rejected_requests);
   });
   row("graphs alive: average / peak",
       [&](size_t i) { return fmt::format("{:.1f} / {}", rs[i].avg_graphs, rs[i].peak_graphs); });
   if (config.memory_model) {
-    row("peak graph memory (GiB)", [&](size_t i) { return fmt::format("{:.2f}", rs[i].peak_graph_bytes / (1 << 30)); });
+    row("peak graph memory (GiB)",
+        [&](size_t i) { return fmt::format("{:.2f}", rs[i].peak_graph_bytes / (1 << 30)); });
   }
   row("replay speed (requests/s)", [&](size_t i) {
-    return fmt::format("{:.2f}M", static_cast<double>(rs[i].requests) / std::max(rs[i].wall_seconds, 1e-9) / 1e6);
+    return fmt::format(
+        "{:.2f}M", static_cast<double>(rs[i].requests) / std::max(rs[i].wall_seconds, 1e-9) / 1e6);
   });
   std::fputs(out.c_str(), stdout);
   for (const ReplayResult& r : results) {
     if (r.rejected_requests > 0) {
-      std::fprintf(stderr, "gearbox replay: %s rejected %llu requests; first: %s\n", r.policy.c_str(),
-                   static_cast<unsigned long long>(r.rejected_requests), r.first_rejection.c_str());
+      std::fprintf(stderr, "gearbox replay: %s rejected %llu requests; first: %s\n",
+                   r.policy.c_str(), static_cast<unsigned long long>(r.rejected_requests),
+                   r.first_rejection.c_str());
     }
   }
 }
@@ -250,16 +266,17 @@ absl::StatusOr<BackendParams> ExecuteParams(const ReplayFlags& f, const RuntimeC
   for (const std::string& kv : f.backend_params) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return absl::InvalidArgumentError("--backend-param: \"" + kv + "\" is not allowed; key=value");
+      return absl::InvalidArgumentError("--backend-param: \"" + kv +
+                                        "\" is not allowed; key=value");
     }
     params[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   return params;
 }
 
-absl::StatusOr<std::vector<ExecutedReplayResult>> RunExecuted(const ReplayFlags& f, const RuntimeConfig& config,
-                                                              const Trace& trace,
-                                                              const std::vector<ReplayRunOptions>& runs) {
+absl::StatusOr<std::vector<ExecutedReplayResult>> RunExecuted(
+    const ReplayFlags& f, const RuntimeConfig& config, const Trace& trace,
+    const std::vector<ReplayRunOptions>& runs) {
   if (auto s = RegisterBuiltinBackends(); !s.ok()) return s;
   auto params = ExecuteParams(f, config);
   if (!params.ok()) return params.status();
@@ -273,8 +290,9 @@ absl::StatusOr<std::vector<ExecutedReplayResult>> RunExecuted(const ReplayFlags&
     options.memory_budget_bytes = static_cast<int64_t>(f.memory_budget_mb * 1024 * 1024);
     ProgressBar bar("execute " + std::string(UpdatePolicyName(run.policy)));
     options.progress = [&bar](size_t done, size_t total) { bar.Update(done, total); };
-    auto r = ExecutedReplay(scaled_config, scaled_trace,
-                            [&]() { return BackendRegistry::Global().Create(f.execute, *params); }, options);
+    auto r = ExecutedReplay(
+        scaled_config, scaled_trace,
+        [&]() { return BackendRegistry::Global().Create(f.execute, *params); }, options);
     bar.Finish();
     if (!r.ok()) return r.status();
     executed.push_back(*std::move(r));
@@ -283,15 +301,17 @@ absl::StatusOr<std::vector<ExecutedReplayResult>> RunExecuted(const ReplayFlags&
 }
 
 void PrintExecutedTable(const ReplayFlags& f, const std::vector<ExecutedReplayResult>& executed) {
-  std::string t = fmt::format("executed on {} ({} requests{}):\n", f.execute, executed.front().requests,
-                              f.size_scale > 1 ? fmt::format(", sizes divided by {}", f.size_scale) : "");
+  std::string t =
+      fmt::format("executed on {} ({} requests{}):\n", f.execute, executed.front().requests,
+                  f.size_scale > 1 ? fmt::format(", sizes divided by {}", f.size_scale) : "");
   auto erow = [&](const std::string& label, auto cell) {
     t += fmt::format("  {:<34}", label);
     for (const ExecutedReplayResult& r : executed) t += fmt::format("{:>19}", cell(r));
     t += '\n';
   };
   erow("", [](const ExecutedReplayResult& r) { return r.policy; });
-  erow("requests/s", [](const ExecutedReplayResult& r) { return fmt::format("{:.0f}", r.requests_per_second); });
+  erow("requests/s",
+       [](const ExecutedReplayResult& r) { return fmt::format("{:.0f}", r.requests_per_second); });
   erow("latency p50 / p99 (ms)", [](const ExecutedReplayResult& r) {
     return fmt::format("{:.3f} / {:.3f}", r.latency_p50_ms, r.latency_p99_ms);
   });
@@ -302,12 +322,14 @@ void PrintExecutedTable(const ReplayFlags& f, const std::vector<ExecutedReplayRe
     return fmt::format("{:.1f}", static_cast<double>(r.peak_gear_bytes) / (1 << 20));
   });
   erow("padding waste", [](const ExecutedReplayResult& r) { return Percent(r.padding_waste); });
-  erow("failed requests", [](const ExecutedReplayResult& r) { return fmt::format("{}", r.failed_requests); });
+  erow("failed requests",
+       [](const ExecutedReplayResult& r) { return fmt::format("{}", r.failed_requests); });
   std::fputs(t.c_str(), stdout);
   for (const ExecutedReplayResult& r : executed) {
     if (r.failed_requests > 0) {
-      std::fprintf(stderr, "gearbox replay: %s: %llu requests failed; first: %s\n", r.policy.c_str(),
-                   static_cast<unsigned long long>(r.failed_requests), r.first_failure.c_str());
+      std::fprintf(stderr, "gearbox replay: %s: %llu requests failed; first: %s\n",
+                   r.policy.c_str(), static_cast<unsigned long long>(r.failed_requests),
+                   r.first_failure.c_str());
     }
   }
 }
@@ -319,8 +341,9 @@ struct Outputs {
   std::string gnuplot;
 
   absl::Status Open(const ReplayFlags& f) {
-    if (auto s = CheckOutputPaths({{"--config", f.config}, {"--trace", f.trace}},
-                                  {{"--decisions", f.decisions}, {"--summary", f.summary}, {"--plot", f.plot}});
+    if (auto s = CheckOutputPaths(
+            {{"--config", f.config}, {"--trace", f.trace}},
+            {{"--decisions", f.decisions}, {"--summary", f.summary}, {"--plot", f.plot}});
         !s.ok()) {
       return s;
     }
@@ -329,7 +352,8 @@ struct Outputs {
       if (!found.ok()) return found.status();
       gnuplot = *found;
     }
-    for (auto [file, path] : {std::pair{&decisions, &f.decisions}, {&summary, &f.summary}, {&plot, &f.plot}}) {
+    for (auto [file, path] :
+         {std::pair{&decisions, &f.decisions}, {&summary, &f.summary}, {&plot, &f.plot}}) {
       if (path->empty()) continue;
       *file = std::make_unique<AtomicFile>(*path);
       if (auto s = (*file)->status(); !s.ok()) return s;
@@ -351,9 +375,11 @@ absl::Status CheckBeforeWork(const ReplayFlags& f, const RuntimeConfig& config, 
                              const std::vector<ReplayRunOptions>& runs) {
   const double span = trace.time.back() - trace.time.front();
   if (span / f.bucket_seconds >= static_cast<double>(kMaxTimelineBuckets)) {
-    return absl::InvalidArgumentError(fmt::format(
-        "--bucket-seconds: {} is not allowed; at most {} buckets over the trace's {} s (at least {})",
-        f.bucket_seconds, kMaxTimelineBuckets, span, span / static_cast<double>(kMaxTimelineBuckets)));
+    return absl::InvalidArgumentError(
+        fmt::format("--bucket-seconds: {} is not allowed; at most {} buckets over the trace's {} s "
+                    "(at least {})",
+                    f.bucket_seconds, kMaxTimelineBuckets, span,
+                    span / static_cast<double>(kMaxTimelineBuckets)));
   }
   for (const ReplayRunOptions& run : runs) {
     if (auto s = CheckReplayRun(config, trace, run); !s.ok()) return s;
@@ -366,18 +392,21 @@ absl::Status CheckBeforeWork(const ReplayFlags& f, const RuntimeConfig& config, 
   if (!backend.ok()) return backend.status();
   const RuntimeConfig scaled_config = ScaleConfigGears(config, f.size_scale);
   const Trace scaled_trace = ScaleTraceSizes(trace, f.size_scale);
-  return CheckExecutedTensorSizes(scaled_config, scaled_trace, (*backend)->signature(), f.max_requests);
+  return CheckExecutedTensorSizes(scaled_config, scaled_trace, (*backend)->signature(),
+                                  f.max_requests);
 }
 
 // Exit 3 when a policy rejected more than --max-reject-ratio of the requests.
 int CheckRejections(const ReplayFlags& f, const std::vector<ReplayResult>& results) {
   for (const ReplayResult& r : results) {
-    const double ratio = static_cast<double>(r.rejected_requests) / static_cast<double>(std::max<uint64_t>(1, r.requests));
+    const double ratio = static_cast<double>(r.rejected_requests) /
+                         static_cast<double>(std::max<uint64_t>(1, r.requests));
     if (ratio > f.max_reject_ratio) {
-      std::fprintf(stderr,
-                   "gearbox replay: %s rejected %.2f%% of the requests, more than --max-reject-ratio %g; "
-                   "the figures describe the requests served\n",
-                   r.policy.c_str(), 100.0 * ratio, f.max_reject_ratio);
+      std::fprintf(
+          stderr,
+          "gearbox replay: %s rejected %.2f%% of the requests, more than --max-reject-ratio %g; "
+          "the figures describe the requests served\n",
+          r.policy.c_str(), 100.0 * ratio, f.max_reject_ratio);
       return 3;
     }
   }
@@ -422,7 +451,8 @@ int RunReplay(const ReplayFlags& f) {
 
   if (outputs.summary) outputs.summary->stream() << ReplaySummaryJson(summary) << "\n";
   if (outputs.plot) {
-    if (auto s = WriteReplayPlot(summary.results, outputs.gnuplot, outputs.plot.get()); !s.ok()) return Fail(s);
+    if (auto s = WriteReplayPlot(summary.results, outputs.gnuplot, outputs.plot.get()); !s.ok())
+      return Fail(s);
   }
   if (auto s = outputs.CommitAll(); !s.ok()) return Fail(s);
   return CheckRejections(f, summary.results);
@@ -432,14 +462,18 @@ int RunReplay(const ReplayFlags& f) {
 
 Command AddReplayCommand(CLI::App& app) {
   auto f = std::make_shared<ReplayFlags>();
-  CLI::App* cmd = app.add_subcommand("replay", "replay a trace through the runtime on a virtual clock");
+  CLI::App* cmd =
+      app.add_subcommand("replay", "replay a trace through the runtime on a virtual clock");
   cmd->add_option("--config", f->config, "config JSON (dims, adaptive, memory_model)")->required();
-  cmd->add_option("--trace", f->trace, "trace CSV (t, one column per dimension, optional mem_usage)")
+  cmd->add_option("--trace", f->trace,
+                  "trace CSV (t, one column per dimension, optional mem_usage)")
       ->required();
-  cmd->add_option("--policy", f->policies, "replan (default), adaptive, static, or a comma-separated list");
-  cmd->add_option("--scheme", f->schemes,
-                  "gear scheme of two-dimensional configs: independent, joint, sparse, or a comma-separated "
-                  "list (each with every --policy); default: the config's");
+  cmd->add_option("--policy", f->policies,
+                  "replan (default), adaptive, static, or a comma-separated list");
+  cmd->add_option(
+      "--scheme", f->schemes,
+      "gear scheme of two-dimensional configs: independent, joint, sparse, or a comma-separated "
+      "list (each with every --policy); default: the config's");
   cmd->add_option("--decisions", f->decisions, "write each update's record here (JSON Lines)");
   cmd->add_option("--summary", f->summary, "write the figures here (JSON)");
   cmd->add_option("--plot", f->plot, "write gears and padding waste over time here (PNG)");
@@ -449,8 +483,9 @@ Command AddReplayCommand(CLI::App& app) {
                 "also compute the offline-optimal gears at each policy's average gear count");
   cmd->add_option("--bucket-seconds", f->bucket_seconds, "width of the waste timeline buckets")
       ->check(NumberIn(0, 1e15, "seconds > 0", true));
-  cmd->add_option("--execute", f->execute,
-                  "also run every request through the executor on this backend (onednn, cuda_graph)");
+  cmd->add_option(
+      "--execute", f->execute,
+      "also run every request through the executor on this backend (onednn, cuda_graph)");
   cmd->add_option("--backend-param", f->backend_params, "backend parameter key=value (repeatable)");
   cmd->add_option("--size-scale", f->size_scale,
                   "executed replay: divide trace sizes and initial gears by this (rounding up)")
@@ -459,11 +494,13 @@ Command AddReplayCommand(CLI::App& app) {
   cmd->add_option("--memory-budget-mb", f->memory_budget_mb,
                   "executed replay: memory probe = gear memory / this budget")
       ->check(NumberIn(0, 1e12, "megabytes in [0, 1e12] (0: no budget)"));
-  cmd->add_option("--max-updates", f->max_updates,
-                  "at most this many update checks or --update-at times per replay (default 1000000)")
+  cmd->add_option(
+         "--max-updates", f->max_updates,
+         "at most this many update checks or --update-at times per replay (default 1000000)")
       ->check(NumberIn(1, 1e12, "an integer in [1, 1e12]"));
-  cmd->add_option("--max-reject-ratio", f->max_reject_ratio,
-                  "exit 3 when a policy rejects more than this share of the requests (default 0.01)");
+  cmd->add_option(
+      "--max-reject-ratio", f->max_reject_ratio,
+      "exit 3 when a policy rejects more than this share of the requests (default 0.01)");
   return [f] { return RunReplay(*f); };
 }
 

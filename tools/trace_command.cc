@@ -29,18 +29,22 @@ int Fail(const absl::Status& s) {
 
 int RunConvert(const ConvertFlags& f) {
   if (f.format != "azure" && f.format != "mooncake" && f.format != "lengths") {
-    return Fail(absl::InvalidArgumentError("--format: \"" + f.format + "\" is not allowed; azure, mooncake or lengths"));
+    return Fail(absl::InvalidArgumentError("--format: \"" + f.format +
+                                           "\" is not allowed; azure, mooncake or lengths"));
   }
   if (f.view != "prefill" && f.view != "decode") {
-    return Fail(absl::InvalidArgumentError("--view: \"" + f.view + "\" is not allowed; prefill or decode"));
+    return Fail(
+        absl::InvalidArgumentError("--view: \"" + f.view + "\" is not allowed; prefill or decode"));
   }
   std::error_code ec;
   if (std::filesystem::exists(f.input, ec) && !std::filesystem::is_regular_file(f.input, ec)) {
-    return Fail(absl::InvalidArgumentError(f.input + ": not a regular file (a directory, device or pipe); name a file"));
+    return Fail(absl::InvalidArgumentError(
+        f.input + ": not a regular file (a directory, device or pipe); name a file"));
   }
   std::ifstream in(f.input);
   if (!in) return Fail(absl::NotFoundError(f.input + ": cannot open"));
-  if (auto s = CheckOutputPaths({{"--input", f.input}}, {{"--output", f.output}}); !s.ok()) return Fail(s);
+  if (auto s = CheckOutputPaths({{"--input", f.input}}, {{"--output", f.output}}); !s.ok())
+    return Fail(s);
   AtomicFile out(f.output);
   if (auto s = out.status(); !s.ok()) return Fail(s);
   absl::StatusOr<std::vector<RequestRecord>> requests;
@@ -61,7 +65,8 @@ int RunConvert(const ConvertFlags& f) {
   } else if (f.view == "decode") {
     trace = DecodeView(*requests, {f.step_ms / 1000.0, f.max_running});
   } else {
-    return Fail(absl::InvalidArgumentError("--view: \"" + f.view + "\" is not allowed; prefill or decode"));
+    return Fail(
+        absl::InvalidArgumentError("--view: \"" + f.view + "\" is not allowed; prefill or decode"));
   }
   if (!trace.ok()) return Fail(trace.status());
   WriteTraceCsv(*trace, out.stream());
@@ -82,9 +87,11 @@ Command AddTraceCommand(CLI::App& app) {
   cmd->add_option("--input", f->input, "input file")->required();
   cmd->add_option("--output", f->output, "trace CSV to write")->required();
   cmd->add_option("--view", f->view, "prefill (t,SEQLEN) or decode (t,BATCHSIZE,SEQLEN)");
-  cmd->add_option("--rate", f->rate, "lengths: arrivals per second (Poisson)")->check(NumberIn(0, 1e9, "arrivals per second in (0, 1e9]", true));
+  cmd->add_option("--rate", f->rate, "lengths: arrivals per second (Poisson)")
+      ->check(NumberIn(0, 1e9, "arrivals per second in (0, 1e9]", true));
   cmd->add_option("--seed", f->seed, "lengths: arrival process seed");
-  cmd->add_option("--step-ms", f->step_ms, "decode: step time in milliseconds")->check(NumberIn(0, 1e9, "milliseconds > 0", true));
+  cmd->add_option("--step-ms", f->step_ms, "decode: step time in milliseconds")
+      ->check(NumberIn(0, 1e9, "milliseconds > 0", true));
   cmd->add_option("--max-running", f->max_running, "decode: most running sequences")
       ->check(NumberIn(1, 1e6, "sequences in [1, 1000000]"));
   return [f] { return RunConvert(*f); };

@@ -30,11 +30,13 @@ int RunValidate(const ValidateFlags& f) {
       problems.emplace_back(trace.status().message());
     } else {
       // Each policy as replay would run it (the config's own scheme).
-      for (UpdatePolicy policy : {UpdatePolicy::kStatic, UpdatePolicy::kAdaptive, UpdatePolicy::kReplan}) {
+      for (UpdatePolicy policy :
+           {UpdatePolicy::kStatic, UpdatePolicy::kAdaptive, UpdatePolicy::kReplan}) {
         ReplayRunOptions run;
         run.policy = policy;
         if (auto s = CheckReplayRun(*config, *trace, run); !s.ok()) {
-          problems.push_back(std::string(UpdatePolicyName(policy)) + ": " + std::string(s.message()));
+          problems.push_back(std::string(UpdatePolicyName(policy)) + ": " +
+                             std::string(s.message()));
         }
       }
     }
@@ -54,7 +56,8 @@ int RunValidate(const ValidateFlags& f) {
 
 Command AddValidateCommand(CLI::App& app) {
   auto f = std::make_shared<ValidateFlags>();
-  CLI::App* cmd = app.add_subcommand("validate", "check a config (and a trace against it); runs nothing");
+  CLI::App* cmd =
+      app.add_subcommand("validate", "check a config (and a trace against it); runs nothing");
   cmd->add_option("--config", f->config, "config JSON")->required();
   cmd->add_option("--trace", f->trace, "trace CSV to check against the config");
   return [f] { return RunValidate(*f); };

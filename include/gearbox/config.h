@@ -56,7 +56,8 @@ struct RuntimeConfig {
   // joint or sparse gear set (gear_set.h; empty: every cell of the gears).
   GearScheme scheme = GearScheme::kIndependent;
   std::vector<GearCombination> combinations;
-  double cover_ratio = CombinationSpec{}.cover_ratio;  // "cover_ratio" (joint; a number, or null: any)
+  double cover_ratio =
+      CombinationSpec{}.cover_ratio;  // "cover_ratio" (joint; a number, or null: any)
   std::optional<MemoryModel> memory_model;
 };
 

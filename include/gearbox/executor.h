@@ -44,7 +44,7 @@ struct ExecutorStats {
   uint64_t compiles = 0;
   uint64_t compile_failures = 0;
   double compile_seconds = 0.0;
-  uint64_t eager_variants = 0;      // compiled for one run at the exact size, not cached
+  uint64_t eager_variants = 0;  // compiled for one run at the exact size, not cached
 };
 
 class GearedExecutor {

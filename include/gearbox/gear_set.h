@@ -63,7 +63,8 @@ enum class GearScheme {
                  // uncompiled at its exact size: joint with cover_ratio 1
 };
 std::string_view GearSchemeName(GearScheme scheme);
-absl::StatusOr<GearScheme> ParseGearScheme(std::string_view name, std::string_view field = "scheme");
+absl::StatusOr<GearScheme> ParseGearScheme(std::string_view name,
+                                           std::string_view field = "scheme");
 
 // Joint and sparse gear sets have exactly this many dimensions.
 inline constexpr int kJointDimensions = 2;
@@ -71,7 +72,8 @@ inline constexpr int kJointDimensions = 2;
 using GearCombination = std::array<int64_t, kJointDimensions>;
 
 // Every cell of the grid of `a` x `b`.
-std::vector<GearCombination> EveryCombination(std::span<const int64_t> a, std::span<const int64_t> b);
+std::vector<GearCombination> EveryCombination(std::span<const int64_t> a,
+                                              std::span<const int64_t> b);
 
 // The compiled combinations of a joint or sparse gear set.
 struct CombinationSpec {
@@ -88,7 +90,8 @@ struct CombinationSpec {
 // for a joint or sparse set of two dimensions, no combinations means every
 // cell of the initial gears (as many graphs as independent; the policy then
 // keeps what the traffic pays for).
-CombinationSpec InitialCombinations(const std::vector<DimensionSpec>& dimensions, CombinationSpec spec);
+CombinationSpec InitialCombinations(const std::vector<DimensionSpec>& dimensions,
+                                    CombinationSpec spec);
 
 // An immutable gear set with a version: the snapshot requests plan against.
 // Value type; cheap to read concurrently because nothing in it ever changes.
@@ -97,9 +100,8 @@ class GearSet {
   // Validates names (unique, [A-Za-z0-9_.-]+), gear lists and flags, and
   // for joint and sparse sets the combinations (two dimensions; each
   // coordinate a gear of its dimension; cover_ratio >= 1).
-  static absl::StatusOr<GearSet> Create(std::vector<DimensionSpec> dimensions,
-                                        uint64_t version = 1, double created_at = 0.0,
-                                        CombinationSpec combinations = {});
+  static absl::StatusOr<GearSet> Create(std::vector<DimensionSpec> dimensions, uint64_t version = 1,
+                                        double created_at = 0.0, CombinationSpec combinations = {});
 
   int num_dimensions() const { return static_cast<int>(dimensions_.size()); }
   const DimensionSpec& dimension(int d) const { return dimensions_[d]; }
@@ -115,7 +117,9 @@ class GearSet {
   // for any raw at or below it). Returns -1 when raw exceeds the largest gear.
   int64_t MapToGear(int d, int64_t raw) const {
     const int index = MapToGearIndex(d, raw);
-    return index < 0 ? -1 : lookup_gears_[lookup_[static_cast<size_t>(d)].gears_offset + static_cast<size_t>(index)];
+    return index < 0 ? -1
+                     : lookup_gears_[lookup_[static_cast<size_t>(d)].gears_offset +
+                                     static_cast<size_t>(index)];
   }
 
   // The index of MapToGear's gear in gears(d), or -1 above the largest.
@@ -165,9 +169,9 @@ class GearSet {
   // The same dimensions and scheme with new gear lists (one per dimension),
   // validated. Joint and sparse: `combinations` replaces the compiled
   // combinations; without it the ones whose gears all remain are kept.
-  absl::StatusOr<GearSet> WithGears(const std::vector<std::vector<int64_t>>& gears, uint64_t version,
-                                    double created_at,
-                                    const std::vector<GearCombination>* combinations = nullptr) const;
+  absl::StatusOr<GearSet> WithGears(
+      const std::vector<std::vector<int64_t>>& gears, uint64_t version, double created_at,
+      const std::vector<GearCombination>* combinations = nullptr) const;
 
   // "BATCHSIZE=[1,2,4] SEQLEN=[128,256]"
   std::string DebugString() const;

@@ -108,8 +108,8 @@ class Plan {
   // anything else (MakePlan's general path plans it or reports the error).
   static bool FillSingleVariant(const GearSet& gears, std::span<const int64_t> raw, Plan* plan);
   // Everything else: splits, eager dimensions, joint and sparse sets, errors.
-  [[gnu::noinline]] static absl::Status FillGeneral(const GearSet& gears, std::span<const int64_t> raw,
-                                                    Plan* plan);
+  [[gnu::noinline]] static absl::Status FillGeneral(const GearSet& gears,
+                                                    std::span<const int64_t> raw, Plan* plan);
   // Joint and sparse gear sets: fills joint_groups_ (off the common path).
   [[gnu::noinline]] static void AssignCombinations(const GearSet& gears, Plan* plan);
   // Joint and sparse gear sets: per variant group (kJointDimensions
@@ -123,8 +123,8 @@ class Plan {
   bool joint_ = false;  // scheme_ is joint or sparse, and no dimension is eager
   JointGroup joint_groups_[1 << kJointDimensions];
   int num_dimensions_ = 0;
-  int num_variant_groups_ = 0;  // product of num_groups
-  int64_t num_variants_ = 0;    // product of num_chunks
+  int num_variant_groups_ = 0;                // product of num_groups
+  int64_t num_variants_ = 0;                  // product of num_chunks
   DimensionPlan dimensions_[kMaxDimensions];  // only the first num_dimensions_ are set
 };
 

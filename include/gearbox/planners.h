@@ -62,8 +62,8 @@ absl::StatusOr<PlanMethod> ParsePlanMethod(std::string_view name);
 
 // At most k gears for `sizes` by `method`, the largest covering the largest
 // size (no splitting). kKMeans uses `seed`.
-absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& sizes, int k,
-                                               PlanMethod method, uint64_t seed = 1);
+absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& sizes, int k, PlanMethod method,
+                                               uint64_t seed = 1);
 
 // Cost = alpha * compile + beta * padding runtime + gamma * memory (§17.5.2):
 //   compile        = gears * compile_seconds
@@ -87,8 +87,8 @@ struct GearCostModel {
   // the weights once): the price of splitting a request into more chunks.
   double seconds_per_run = 0.0;
 
-  double Run(int64_t size) const;       // seconds
-  double GearBytes(int64_t gear) const; // bytes
+  double Run(int64_t size) const;        // seconds
+  double GearBytes(int64_t gear) const;  // bytes
 };
 absl::Status ValidateCostModel(const GearCostModel& model);
 
@@ -100,7 +100,8 @@ struct CostBreakdown {
 };
 // The cost of serving `sizes` on `gears` (ascending; the largest must cover
 // the largest size).
-absl::StatusOr<CostBreakdown> EvaluateCost(const SizeHistogram& sizes, std::span<const int64_t> gears,
+absl::StatusOr<CostBreakdown> EvaluateCost(const SizeHistogram& sizes,
+                                           std::span<const int64_t> gears,
                                            const GearCostModel& model);
 
 // The gear count (1..budget) and gears minimising the modelled cost:
@@ -110,8 +111,9 @@ struct CostPlan {
   GearPlan plan;
   CostBreakdown cost;
 };
-absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& sizes, int budget, PlanMethod method,
-                                           const GearCostModel& model, uint64_t seed = 1);
+absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& sizes, int budget,
+                                           PlanMethod method, const GearCostModel& model,
+                                           uint64_t seed = 1);
 
 // ---- Two-dimensional gears (seeds/001 §17.5.3) ----
 
@@ -130,9 +132,9 @@ struct Size2D {
 struct JointPlan {
   GearScheme scheme = GearScheme::kIndependent;
   std::vector<GearCombination> graphs;  // compiled combinations
-  double padded = 0.0;          // sum of count x product of the combination served on
-  double raw = 0.0;             // sum of count x a x b
-  double fallback_share = 0.0;  // share of requests run uncompiled (sparse)
+  double padded = 0.0;                  // sum of count x product of the combination served on
+  double raw = 0.0;                     // sum of count x a x b
+  double fallback_share = 0.0;          // share of requests run uncompiled (sparse)
   double waste() const { return raw > 0 ? padded / raw - 1.0 : 0.0; }
 };
 
@@ -143,8 +145,8 @@ struct JointPlan {
 // assigning each request to its cheapest covering combination; sparse: a
 // 32 x 32 independent grid, keeping the combinations that carry the most
 // traffic.
-absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs, GearScheme scheme,
-                                    uint64_t seed = 1);
+absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs,
+                                    GearScheme scheme, uint64_t seed = 1);
 
 }  // namespace gearbox
 

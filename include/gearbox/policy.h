@@ -53,8 +53,7 @@ std::pair<double, int64_t> ReplacementLoss(const GearStats& stats,
 UpdateDecision DecideStatic(const GearSet& gears, const MemoryState& memory, double now);
 
 UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
-                            const MemoryState& memory, const AdaptiveOptions& options,
-                            double now);
+                            const MemoryState& memory, const AdaptiveOptions& options, double now);
 
 }  // namespace gearbox
 

@@ -73,7 +73,8 @@ struct ReplayOptions : ReplayRunOptions {
 // Everything a replay of this run checks before its first row, without
 // replaying: the trace against the config, the update count bound, and that
 // the runtime accepts the run's policy and gear scheme.
-absl::Status CheckReplayRun(const RuntimeConfig& config, const Trace& trace, const ReplayRunOptions& run);
+absl::Status CheckReplayRun(const RuntimeConfig& config, const Trace& trace,
+                            const ReplayRunOptions& run);
 
 // The gear set after an update (or at the start), for plots.
 struct GearSetSample {
@@ -98,10 +99,10 @@ struct ReplayResult {
   std::string first_rejection;     // why the first one was rejected
   uint64_t split_requests = 0;
   uint64_t eager_requests = 0;
-  uint64_t variants = 0;           // executed variants (chunks)
-  double padded_volume = 0.0;      // sum over variants of the product of gears
-  double raw_volume = 0.0;         // sum over served requests of the product of sizes
-  double padding_waste = 0.0;      // padded / raw - 1
+  uint64_t variants = 0;       // executed variants (chunks)
+  double padded_volume = 0.0;  // sum over variants of the product of gears
+  double raw_volume = 0.0;     // sum over served requests of the product of sizes
+  double padding_waste = 0.0;  // padded / raw - 1
   uint64_t compiles = 0;
   double compiles_per_hour = 0.0;  // compiles / trace hours (at least one hour)
   // Churn: gears an update added and a later update evicted within
@@ -111,7 +112,7 @@ struct ReplayResult {
   uint64_t max_gear_cycles_per_hour = 0;
   uint64_t updates = 0;
   uint64_t updates_changed = 0;
-  std::vector<double> avg_gears;   // time-weighted, per dimension
+  std::vector<double> avg_gears;  // time-weighted, per dimension
   // Per dimension alone: sum over variants of the gear, and of the valid
   // size (so dimension_waste = padded / raw - 1 compares with 1-D planners).
   std::vector<double> dimension_padded;
@@ -120,9 +121,9 @@ struct ReplayResult {
     return dimension_raw[d] > 0 ? dimension_padded[d] / dimension_raw[d] - 1.0 : 0.0;
   }
   std::vector<std::vector<int64_t>> final_gears;
-  uint64_t peak_graphs = 0;        // compiled graphs alive at once
-  double avg_graphs = 0.0;         // time-weighted
-  double peak_graph_bytes = 0.0;   // with a memory model
+  uint64_t peak_graphs = 0;       // compiled graphs alive at once
+  double avg_graphs = 0.0;        // time-weighted
+  double peak_graph_bytes = 0.0;  // with a memory model
   double trace_seconds = 0.0;     // first row to last row
   // First row to the last row or the last update, whichever is later (an
   // update requested after the last row); avg_gears and avg_graphs are

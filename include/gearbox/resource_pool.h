@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "gearbox/log.h"
 #include "gearbox/graph_key.h"
+#include "gearbox/log.h"
 
 namespace gearbox {
 

@@ -56,7 +56,8 @@ struct RuntimeOptions {
   // initial gears.
   GearScheme scheme = GearScheme::kIndependent;
   std::vector<GearCombination> combinations;
-  double cover_ratio = CombinationSpec{}.cover_ratio;  // joint: how much larger than a cell its graph may be
+  double cover_ratio =
+      CombinationSpec{}.cover_ratio;  // joint: how much larger than a cell its graph may be
   // Time source; null means SystemClock::Default(). Not owned.
   Clock* clock = nullptr;
   // Memory usage source; null disables memory-pressure handling. Not owned.
@@ -97,14 +98,14 @@ struct RuntimeCounters {
   uint64_t events_dropped = 0;   // events not recorded: the thread's ring was full (worker running)
   uint64_t events_folded = 0;    // ... of which folded into window statistics
   uint64_t events_for_evicted_gears = 0;  // ... dropped: their gear was evicted first
-  uint64_t events_too_late = 0;  // ... dropped: older than the window ring
-  uint64_t events_bad_time = 0;  // ... dropped: NaN, infinite or |t| > 1e15 s
-  uint64_t events_pending = 0;   // recorded but not folded yet (derived)
-  uint64_t updates = 0;          // RunOnce calls that completed
-  uint64_t updates_changed = 0;  // ... that changed the gear set
-  uint64_t keys_released = 0;    // cleanup keys handed to the pool
-  uint64_t orphan_keys_released = 0;  // keys attached to a gear already evicted
-  uint64_t stats_memory_bytes = 0;    // window statistics, all gears
+  uint64_t events_too_late = 0;           // ... dropped: older than the window ring
+  uint64_t events_bad_time = 0;           // ... dropped: NaN, infinite or |t| > 1e15 s
+  uint64_t events_pending = 0;            // recorded but not folded yet (derived)
+  uint64_t updates = 0;                   // RunOnce calls that completed
+  uint64_t updates_changed = 0;           // ... that changed the gear set
+  uint64_t keys_released = 0;             // cleanup keys handed to the pool
+  uint64_t orphan_keys_released = 0;      // keys attached to a gear already evicted
+  uint64_t stats_memory_bytes = 0;        // window statistics, all gears
 };
 
 class AdaptiveGearRuntime {
@@ -142,8 +143,7 @@ class AdaptiveGearRuntime {
   // (so the first plan comes soon after enough traffic, not a minute later).
   double CheckIntervalSeconds() const;
   // One update at `now` (the seed's run_once). Always returns a record.
-  absl::StatusOr<UpdateRecord> RunOnce(double now,
-                                       UpdateTrigger trigger = UpdateTrigger::kManual);
+  absl::StatusOr<UpdateRecord> RunOnce(double now, UpdateTrigger trigger = UpdateTrigger::kManual);
   // Window statistics at `now` (folds pending events first).
   WindowStats BuildStatsSnapshot(double now);
   // Replaces the gear lists (one per dimension) at `now`, as an operator

@@ -31,9 +31,9 @@ class RawSampleHistogram {
     const int64_t sub = (value >> (octave - 7)) - kSubBinsPerOctave;
     return kExactBelow + static_cast<int64_t>(octave - 8) * kSubBinsPerOctave + sub;
   }
-  static int64_t BinLow(int64_t bin);      // smallest value in the bin
+  static int64_t BinLow(int64_t bin);  // smallest value in the bin
   static int64_t BinWidth(int64_t bin);
-  static int64_t BinValue(int64_t bin);    // representative: the midpoint, rounded down
+  static int64_t BinValue(int64_t bin);  // representative: the midpoint, rounded down
 
   void Add(int64_t value, uint64_t count = 1) {
     const int64_t offset = BinOf(value) - first_bin_;
@@ -88,9 +88,9 @@ class RawSampleHistogram {
 // One gear's statistics over the window at a given time.
 struct GearStats {
   int64_t gear = 0;
-  double weighted_hits = 0.0;  // sum of decay weights (times variant counts)
-  double hit_rate = 0.0;       // weighted_hits / the dimension's total
-  double avg_pad_ratio = 0.0;  // weighted mean of (gear - raw) / gear
+  double weighted_hits = 0.0;    // sum of decay weights (times variant counts)
+  double hit_rate = 0.0;         // weighted_hits / the dimension's total
+  double avg_pad_ratio = 0.0;    // weighted mean of (gear - raw) / gear
   double avg_split_ratio = 0.0;  // weighted mean of (raw - gear) / raw
   uint64_t sample_count = 0;
   uint64_t pad_sample_count = 0;    // samples with pad ratio > 0

@@ -45,7 +45,8 @@ inline constexpr double kMaxTraceSeconds = 1e11;
 // quoted as in RFC 4180 ("a,b", "" for a quote) is unquoted into `scratch`
 // (so the fields point into `line` or `scratch`). False on an unterminated
 // quote or text after a closing quote.
-bool SplitCsvLine(std::string_view line, std::string* scratch, std::vector<std::string_view>* fields);
+bool SplitCsvLine(std::string_view line, std::string* scratch,
+                  std::vector<std::string_view>* fields);
 // `line` without a leading UTF-8 byte-order mark.
 std::string_view StripUtf8Bom(std::string_view line);
 // `text` for an error message: bytes outside printable ASCII as \xNN, long

@@ -41,7 +41,7 @@ enum class GearVerdict {
   kReplaceLoss,  // examined; its samples would lose > replace_loss_threshold: kept, protected
   kWouldReadd,   // examined; the addition rule would undo it (hysteresis): kept, protected
   kEvicted,
-  kKept,         // replan policy: the gear stays (see the record's changes)
+  kKept,  // replan policy: the gear stays (see the record's changes)
 };
 std::string_view VerdictName(GearVerdict verdict);
 
@@ -59,14 +59,14 @@ std::string_view ChangeActionName(ChangeAction action);
 
 // A gear change the replan policy took, or the best one it declined.
 struct ChangeRecord {
-  std::string dimension;      // joint and sparse combinations: "A,B"
+  std::string dimension;  // joint and sparse combinations: "A,B"
   ChangeAction action = ChangeAction::kAdd;
-  int64_t gear = 0;           // added (or, for "remove", removed)
-  int64_t replaced = 0;       // for "replace": the gear removed
-  double gain_seconds = 0.0;  // padding (and memory, weighted) saved over the payback horizon
-  double compile_seconds = 0.0;  // what the addition costs to compile (weighted)
-  double net_seconds = 0.0;   // gain - compile
-  std::string reason;         // why it was taken or declined
+  int64_t gear = 0;               // added (or, for "remove", removed)
+  int64_t replaced = 0;           // for "replace": the gear removed
+  double gain_seconds = 0.0;      // padding (and memory, weighted) saved over the payback horizon
+  double compile_seconds = 0.0;   // what the addition costs to compile (weighted)
+  double net_seconds = 0.0;       // gain - compile
+  std::string reason;             // why it was taken or declined
   GearCombination combination{};  // for "compile" and "drop"
 };
 
@@ -89,19 +89,19 @@ struct GearRecord {
   // Set when the gear was examined for eviction:
   bool examined = false;
   double replace_loss = 0.0;
-  int64_t replacement_gear = 0;    // where its samples would go
-  double readd_pad_ratio = 0.0;    // the receiving gear's pad ratio after the move
-  int64_t readd_candidate = 0;     // what the addition rule would then propose (0: none)
+  int64_t replacement_gear = 0;  // where its samples would go
+  double readd_pad_ratio = 0.0;  // the receiving gear's pad ratio after the move
+  int64_t readd_candidate = 0;   // what the addition rule would then propose (0: none)
 };
 
 enum class AdditionOutcome {
   kAdded,
-  kDuplicate,     // already a gear (or proposed twice)
-  kJustEvicted,   // evicted in this same update
-  kThin,          // it would serve too few of the window's samples to be
-                  // confidently in use (see docs/POLICY.md, hysteresis)
-  kCap,           // the dimension is at max_gears_per_type
-  kBudget,        // memory pressure: no budget left
+  kDuplicate,    // already a gear (or proposed twice)
+  kJustEvicted,  // evicted in this same update
+  kThin,         // it would serve too few of the window's samples to be
+                 // confidently in use (see docs/POLICY.md, hysteresis)
+  kCap,          // the dimension is at max_gears_per_type
+  kBudget,       // memory pressure: no budget left
 };
 std::string_view OutcomeName(AdditionOutcome outcome);
 
@@ -114,29 +114,29 @@ std::string_view AdditionTriggerName(AdditionTrigger trigger);
 
 struct AdditionRecord {
   std::string dimension;
-  int64_t gear = 0;          // the proposed gear: median of the source's raw sizes
+  int64_t gear = 0;  // the proposed gear: median of the source's raw sizes
   AdditionTrigger trigger = AdditionTrigger::kPad;
-  int64_t source_gear = 0;   // the gear whose statistics proposed it
-  double ratio = 0.0;        // the source's avg pad (or split) ratio
-  double pressure = 0.0;     // ratio - threshold; higher goes first
-  uint64_t samples = 0;      // the source's sample count
-  uint64_t share = 0;        // of those, how many the new gear would serve
+  int64_t source_gear = 0;  // the gear whose statistics proposed it
+  double ratio = 0.0;       // the source's avg pad (or split) ratio
+  double pressure = 0.0;    // ratio - threshold; higher goes first
+  uint64_t samples = 0;     // the source's sample count
+  uint64_t share = 0;       // of those, how many the new gear would serve
   AdditionOutcome outcome = AdditionOutcome::kAdded;
 };
 
 struct UpdateRecord {
   UpdatePolicy policy = UpdatePolicy::kAdaptive;  // the policy that decided
-  uint64_t sequence = 0;  // 1 for the runtime's first update
+  uint64_t sequence = 0;                          // 1 for the runtime's first update
   double time = 0.0;
   UpdateTrigger trigger = UpdateTrigger::kManual;
   MemoryState memory;
-  std::optional<int64_t> addition_budget;  // nullopt: unlimited
-  std::vector<std::string> dimensions;     // names, in gear-set order
-  std::vector<GearRecord> gears;           // every active gear before the update
-  std::vector<AdditionRecord> additions;   // every proposal, in pressure order
-  std::vector<std::vector<int64_t>> removed;     // per dimension
-  std::vector<std::vector<int64_t>> added;       // per dimension
-  std::vector<std::vector<int64_t>> gears_after; // per dimension
+  std::optional<int64_t> addition_budget;         // nullopt: unlimited
+  std::vector<std::string> dimensions;            // names, in gear-set order
+  std::vector<GearRecord> gears;                  // every active gear before the update
+  std::vector<AdditionRecord> additions;          // every proposal, in pressure order
+  std::vector<std::vector<int64_t>> removed;      // per dimension
+  std::vector<std::vector<int64_t>> added;        // per dimension
+  std::vector<std::vector<int64_t>> gears_after;  // per dimension
   uint64_t version_before = 0;
   uint64_t version_after = 0;
   uint64_t cleanup_keys = 0;  // graph resources handed to remove_by_keys

@@ -58,9 +58,9 @@ class GearUpdateWorker {
 
   AdaptiveGearRuntime* const runtime_;
   WakeSignal signal_;
-  std::thread thread_;                 // touched only by Start/Stop
-  std::atomic<bool> running_{false};   // set by Start, cleared by Stop
-  std::atomic<bool> stop_{false};      // read by the thread each wake
+  std::thread thread_;                // touched only by Start/Stop
+  std::atomic<bool> running_{false};  // set by Start, cleared by Stop
+  std::atomic<bool> stop_{false};     // read by the thread each wake
   std::unique_ptr<Counters> counters_;
 };
 

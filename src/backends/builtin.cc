@@ -1,8 +1,7 @@
 #include "gearbox/backends/builtin.h"
 
-#include "src/common/mutex.h"
-
 #include "gearbox/backends/onednn.h"
+#include "src/common/mutex.h"
 #ifdef GEARBOX_HAVE_CUDA
 #include "gearbox/backends/cuda_graph.h"
 #endif

@@ -75,8 +75,8 @@ absl::StatusOr<std::vector<int64_t>> GetIntList(const json& v, const std::string
 absl::StatusOr<DimensionSpec> ParseDimension(const json& d, size_t index) {
   const std::string path = Cat("dims[", index, "]");
   if (!d.is_object()) return InvalidField(path, Shown(d), "an object");
-  if (auto s = CheckKeys(d, path, {"name", "gears", "policy", "min", "max", "splittable",
-                                   "eager_fallback"});
+  if (auto s = CheckKeys(d, path,
+                         {"name", "gears", "policy", "min", "max", "splittable", "eager_fallback"});
       !s.ok()) {
     return s;
   }
@@ -116,11 +116,13 @@ absl::StatusOr<DimensionSpec> ParseDimension(const json& d, size_t index) {
   } else {
     const json& name = has_gears ? d["gears"] : d["policy"];
     const std::string field = Cat(path, has_gears ? ".gears" : ".policy");
-    if (!name.is_string()) return InvalidField(field, Shown(name), "\"TIMES\", \"POW2\" or \"VLLM\"");
+    if (!name.is_string())
+      return InvalidField(field, Shown(name), "\"TIMES\", \"POW2\" or \"VLLM\"");
     const std::string ladder = name.get<std::string>();
     if (has_gears && ladder != "TIMES" && ladder != "POW2" && ladder != "VLLM") {
       return InvalidField(field, Shown(name),
-                          "a JSON list of integers (e.g. [16, 32]) or a ladder name: \"TIMES\", \"POW2\", \"VLLM\"");
+                          "a JSON list of integers (e.g. [16, 32]) or a ladder name: \"TIMES\", "
+                          "\"POW2\", \"VLLM\"");
     }
     auto gears = MakeNamedGears(name.get<std::string>(), min, max, path);
     if (!gears.ok()) return gears.status();
@@ -179,10 +181,8 @@ absl::Status ParseAdaptive(const json& a, AdaptiveOptions* o) {
   int64_t min_count = o->min_gear_count_per_type;
   int64_t max_count = o->max_gears_per_type;
   const IntKey ints[] = {
-      {"add_min_samples", &o->add_min_samples},
-      {"min_samples_per_gear", &o->min_samples_per_gear},
-      {"window_slots", &window_slots},
-      {"min_gear_count_per_type", &min_count},
+      {"add_min_samples", &o->add_min_samples}, {"min_samples_per_gear", &o->min_samples_per_gear},
+      {"window_slots", &window_slots},          {"min_gear_count_per_type", &min_count},
       {"max_gears_per_type", &max_count},
   };
   std::set<std::string> allowed = {"device_memory_usage_threshold_ratio"};
@@ -223,7 +223,8 @@ absl::Status ParseAdaptive(const json& a, AdaptiveOptions* o) {
       o->device_memory_usage_threshold_ratio = *r;
     }
   }
-  if (auto s = CheckMinimumSeconds("adaptive.check_interval_seconds", o->check_interval_seconds); !s.ok()) {
+  if (auto s = CheckMinimumSeconds("adaptive.check_interval_seconds", o->check_interval_seconds);
+      !s.ok()) {
     return s;
   }
   return internal::WithContext(ValidateAdaptiveOptions(*o), "adaptive");
@@ -279,17 +280,20 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
     const std::string field = Cat("replan.", k.key);
     auto v = GetInt(r[k.key], field);
     if (!v.ok()) return v.status();
-    if (*v < 1 || *v > k.max) return internal::InvalidFieldValue(field, *v, Cat("an integer in [1, ", k.max, "]"));
+    if (*v < 1 || *v > k.max)
+      return internal::InvalidFieldValue(field, *v, Cat("an integer in [1, ", k.max, "]"));
     *k.field = static_cast<int>(*v);
   }
-  if (auto s = CheckMinimumSeconds("replan.warmup_check_seconds", o->warmup_check_seconds); !s.ok()) return s;
+  if (auto s = CheckMinimumSeconds("replan.warmup_check_seconds", o->warmup_check_seconds); !s.ok())
+    return s;
   return ValidateReplanOptions(*o);
 }
 
 absl::StatusOr<MemoryModel> ParseMemoryModel(const json& m) {
   if (!m.is_object()) return InvalidField("memory_model", Shown(m), "an object");
-  if (auto s = CheckKeys(m, "memory_model", {"device_bytes", "base_bytes", "graph_fixed_bytes",
-                                             "graph_bytes_per_element"});
+  if (auto s =
+          CheckKeys(m, "memory_model",
+                    {"device_bytes", "base_bytes", "graph_fixed_bytes", "graph_bytes_per_element"});
       !s.ok()) {
     return s;
   }
@@ -382,7 +386,8 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
     std::string duplicate;
     const json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
       if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-      if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+      if (event == json::parse_event_t::object_end && !open_objects.empty())
+        open_objects.pop_back();
       if (event == json::parse_event_t::key && !open_objects.empty() && duplicate.empty() &&
           !open_objects.back().insert(parsed.get<std::string>()).second) {
         duplicate = parsed.get<std::string>();
@@ -391,19 +396,24 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
     };
     root = json::parse(json_text.begin(), json_text.end(), on_event);
     if (!duplicate.empty()) {
-      return InvalidField(Cat("config key \"", duplicate, "\""), "given twice", "each key once per object");
+      return InvalidField(Cat("config key \"", duplicate, "\""), "given twice",
+                          "each key once per object");
     }
   } catch (const json::parse_error& e) {
     // Line of the byte where parsing stopped.
     const size_t at = std::min(e.byte, json_text.size());
-    const size_t line = 1 + static_cast<size_t>(std::count(json_text.begin(),
-                                                           json_text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
-    return absl::InvalidArgumentError(Cat("config line ", line, ": not valid JSON (", e.what(), ")"));
+    const size_t line =
+        1 + static_cast<size_t>(std::count(
+                json_text.begin(), json_text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+    return absl::InvalidArgumentError(
+        Cat("config line ", line, ": not valid JSON (", e.what(), ")"));
   } catch (const json::exception& e) {  // e.g. a number too large to represent
     return absl::InvalidArgumentError(Cat("config: not valid JSON (", e.what(), ")"));
   }
   if (!root.is_object()) return InvalidField("config", Shown(root), "a JSON object");
-  if (auto s = CheckKeys(root, "", {"dims", "adaptive", "replan", "memory_model", "scheme", "combinations", "cover_ratio"});
+  if (auto s = CheckKeys(
+          root, "",
+          {"dims", "adaptive", "replan", "memory_model", "scheme", "combinations", "cover_ratio"});
       !s.ok()) {
     return s;
   }
@@ -419,7 +429,8 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
   }
   if (root.contains("scheme")) {
     if (!root["scheme"].is_string()) {
-      return InvalidField("scheme", Shown(root["scheme"]), "\"independent\", \"joint\" or \"sparse\"");
+      return InvalidField("scheme", Shown(root["scheme"]),
+                          "\"independent\", \"joint\" or \"sparse\"");
     }
     auto scheme = ParseGearScheme(root["scheme"].get<std::string>(), "scheme");
     if (!scheme.ok()) return scheme.status();
@@ -427,7 +438,8 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
   }
   if (root.contains("combinations")) {
     const json& list = root["combinations"];
-    if (!list.is_array()) return InvalidField("combinations", Shown(list), "a list of [gear, gear] pairs");
+    if (!list.is_array())
+      return InvalidField("combinations", Shown(list), "a list of [gear, gear] pairs");
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string field = Cat("combinations[", i, "]");
       if (!list[i].is_array() || list[i].size() != kJointDimensions) {
@@ -453,7 +465,8 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
   }
   if (auto set = GearSet::Create(
           config.dims, 1, 0.0,
-          InitialCombinations(config.dims, {config.scheme, config.combinations, config.cover_ratio}));
+          InitialCombinations(config.dims,
+                              {config.scheme, config.combinations, config.cover_ratio}));
       !set.ok()) {
     return set.status();
   }
@@ -462,9 +475,9 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
   }
   for (size_t d = 0; d < config.dims.size(); ++d) {
     if (static_cast<int>(config.dims[d].gears.size()) > config.adaptive.max_gears_per_type) {
-      return InvalidField(Cat("dims[", d, "].gears"), Cat(config.dims[d].gears.size(), " gears"),
-                          Cat("at most adaptive.max_gears_per_type = ",
-                              config.adaptive.max_gears_per_type));
+      return InvalidField(
+          Cat("dims[", d, "].gears"), Cat(config.dims[d].gears.size(), " gears"),
+          Cat("at most adaptive.max_gears_per_type = ", config.adaptive.max_gears_per_type));
     }
   }
   if (root.contains("replan")) {
@@ -482,7 +495,8 @@ absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& path) {
   // A device or pipe (/dev/zero) could be endless: only regular files.
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
-    return absl::InvalidArgumentError(Cat(path, ": not a regular file (a directory, device or pipe); name a config file"));
+    return absl::InvalidArgumentError(
+        Cat(path, ": not a regular file (a directory, device or pipe); name a config file"));
   }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(Cat(path, ": cannot open the config file"));

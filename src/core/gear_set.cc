@@ -13,8 +13,8 @@ using internal::InvalidField;
 using internal::InvalidFieldValue;
 
 bool ValidNameChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         c == '_' || c == '.' || c == '-';
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '-';
 }
 
 }  // namespace
@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<int64_t>> MakeTimesGears(int64_t min, int64_t max,
   if (static_cast<int>(gears.size()) > kMaxGearsPerDimension) {
     return InvalidField(internal::Cat(field, ".max"), internal::Cat(max),
                         internal::Cat("the TIMES ladder would hold ", gears.size(),
-                                     " gears, more than ", kMaxGearsPerDimension));
+                                      " gears, more than ", kMaxGearsPerDimension));
   }
   return gears;
 }
@@ -68,7 +68,8 @@ absl::StatusOr<std::vector<int64_t>> NormalizeGears(std::vector<int64_t> gears,
 
 bool DefaultSplittable(std::string_view dimension_name) { return dimension_name == kBatchSize; }
 
-std::vector<GearCombination> EveryCombination(std::span<const int64_t> a, std::span<const int64_t> b) {
+std::vector<GearCombination> EveryCombination(std::span<const int64_t> a,
+                                              std::span<const int64_t> b) {
   std::vector<GearCombination> out;
   out.reserve(a.size() * b.size());
   for (int64_t x : a) {
@@ -77,7 +78,8 @@ std::vector<GearCombination> EveryCombination(std::span<const int64_t> a, std::s
   return out;
 }
 
-CombinationSpec InitialCombinations(const std::vector<DimensionSpec>& dimensions, CombinationSpec spec) {
+CombinationSpec InitialCombinations(const std::vector<DimensionSpec>& dimensions,
+                                    CombinationSpec spec) {
   if (spec.scheme != GearScheme::kIndependent && spec.combinations.empty() &&
       dimensions.size() == kJointDimensions) {
     spec.combinations = EveryCombination(dimensions[0].gears, dimensions[1].gears);
@@ -87,9 +89,12 @@ CombinationSpec InitialCombinations(const std::vector<DimensionSpec>& dimensions
 
 std::string_view GearSchemeName(GearScheme scheme) {
   switch (scheme) {
-    case GearScheme::kIndependent: return "independent";
-    case GearScheme::kJoint: return "joint";
-    case GearScheme::kSparse: return "sparse";
+    case GearScheme::kIndependent:
+      return "independent";
+    case GearScheme::kJoint:
+      return "joint";
+    case GearScheme::kSparse:
+      return "sparse";
   }
   return "unknown";
 }
@@ -98,7 +103,8 @@ absl::StatusOr<GearScheme> ParseGearScheme(std::string_view name, std::string_vi
   if (name == "independent") return GearScheme::kIndependent;
   if (name == "joint") return GearScheme::kJoint;
   if (name == "sparse") return GearScheme::kSparse;
-  return InvalidField(field, internal::Cat("\"", name, "\""), "\"independent\", \"joint\" or \"sparse\"");
+  return InvalidField(field, internal::Cat("\"", name, "\""),
+                      "\"independent\", \"joint\" or \"sparse\"");
 }
 
 absl::StatusOr<GearSet> GearSet::Create(std::vector<DimensionSpec> dimensions, uint64_t version,
@@ -138,16 +144,18 @@ absl::StatusOr<GearSet> GearSet::Create(std::vector<DimensionSpec> dimensions, u
   set.scheme_ = combinations.scheme;
   if (combinations.scheme == GearScheme::kIndependent) {
     if (!combinations.combinations.empty()) {
-      return InvalidField("combinations", internal::Cat(combinations.combinations.size(), " combinations"),
+      return InvalidField("combinations",
+                          internal::Cat(combinations.combinations.size(), " combinations"),
                           "combinations go with the joint and sparse schemes only");
     }
     return set;
   }
   const std::string_view scheme = GearSchemeName(combinations.scheme);
   if (set.num_dimensions() != kJointDimensions) {
-    return InvalidField("scheme", internal::Cat("\"", scheme, "\" with ", set.num_dimensions(), " dimensions"),
-                        internal::Cat("the joint and sparse schemes need exactly ", kJointDimensions,
-                                      " dimensions"));
+    return InvalidField(
+        "scheme", internal::Cat("\"", scheme, "\" with ", set.num_dimensions(), " dimensions"),
+        internal::Cat("the joint and sparse schemes need exactly ", kJointDimensions,
+                      " dimensions"));
   }
   std::vector<GearCombination>& combos = combinations.combinations;
   if (combinations.scheme == GearScheme::kSparse) combinations.cover_ratio = 1.0;
@@ -175,7 +183,8 @@ absl::StatusOr<GearSet> GearSet::Create(std::vector<DimensionSpec> dimensions, u
     for (size_t j = 0; j < g1.size(); ++j) {
       int best = -1;
       double best_volume = 0;
-      const double limit = set.cover_ratio_ * static_cast<double>(g0[i]) * static_cast<double>(g1[j]);
+      const double limit =
+          set.cover_ratio_ * static_cast<double>(g0[i]) * static_cast<double>(g1[j]);
       for (size_t c = 0; c < set.combinations_.size(); ++c) {
         const GearCombination& k = set.combinations_[c];
         const double volume = static_cast<double>(k[0]) * static_cast<double>(k[1]);
@@ -209,7 +218,8 @@ void GearSet::BuildLookup() {
       const int64_t highest = b == 63 ? l.max_gear : std::min(int64_t{1} << b, l.max_gear);
       const int first = SearchGearIndex(static_cast<int>(d), lowest);
       const int last = SearchGearIndex(static_cast<int>(d), highest);
-      l.ranges[static_cast<size_t>(b)] = {static_cast<uint8_t>(first), static_cast<uint8_t>(last - first + 1)};
+      l.ranges[static_cast<size_t>(b)] = {static_cast<uint8_t>(first),
+                                          static_cast<uint8_t>(last - first + 1)};
     }
   }
 }
@@ -226,8 +236,8 @@ bool GearSet::Contains(int d, int64_t gear) const {
   return std::binary_search(g.begin(), g.end(), gear);
 }
 
-absl::StatusOr<GearSet> GearSet::WithGears(const std::vector<std::vector<int64_t>>& gears, uint64_t version,
-                                           double created_at,
+absl::StatusOr<GearSet> GearSet::WithGears(const std::vector<std::vector<int64_t>>& gears,
+                                           uint64_t version, double created_at,
                                            const std::vector<GearCombination>* combinations) const {
   if (gears.size() != dimensions_.size()) {
     return InvalidField("gears", internal::Cat(gears.size(), " lists"),

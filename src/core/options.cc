@@ -29,12 +29,11 @@ absl::Status ValidateAdaptiveOptions(const AdaptiveOptions& o) {
       CheckRange("weight_hit", o.weight_hit, 0, false, kInf, true, "a finite weight >= 0"),
       CheckRange("weight_pad", o.weight_pad, 0, false, kInf, true, "a finite weight >= 0"),
       CheckRange("weight_split", o.weight_split, 0, false, kInf, true, "a finite weight >= 0"),
-      CheckRange("pad_add_threshold", o.pad_add_threshold, 0, true, 1, false,
-                 "a ratio in (0, 1]"),
+      CheckRange("pad_add_threshold", o.pad_add_threshold, 0, true, 1, false, "a ratio in (0, 1]"),
       CheckRange("split_add_threshold", o.split_add_threshold, 0, true, 1, false,
                  "a ratio in (0, 1]"),
-      CheckRange("recent_use_protect_seconds", o.recent_use_protect_seconds, 0, false, kInf,
-                 true, "a finite number of seconds >= 0"),
+      CheckRange("recent_use_protect_seconds", o.recent_use_protect_seconds, 0, false, kInf, true,
+                 "a finite number of seconds >= 0"),
       CheckRange("replace_loss_threshold", o.replace_loss_threshold, 0, false, kInf, true,
                  "a finite ratio >= 0 (above 1 disables the filter)"),
       CheckRange("hysteresis_margin", o.hysteresis_margin, 0, false, o.pad_add_threshold, true,
@@ -79,9 +78,12 @@ absl::Status ValidateAdaptiveOptions(const AdaptiveOptions& o) {
 
 std::string_view UpdatePolicyName(UpdatePolicy policy) {
   switch (policy) {
-    case UpdatePolicy::kStatic: return "static";
-    case UpdatePolicy::kAdaptive: return "adaptive";
-    case UpdatePolicy::kReplan: return "replan";
+    case UpdatePolicy::kStatic:
+      return "static";
+    case UpdatePolicy::kAdaptive:
+      return "adaptive";
+    case UpdatePolicy::kReplan:
+      return "replan";
   }
   return "?";
 }

@@ -80,7 +80,9 @@ double Plan::raw_volume() const {
   return volume;
 }
 
-[[gnu::always_inline]] inline bool Plan::FillSingleVariant(const GearSet& gears, std::span<const int64_t> raw, Plan* plan) {
+[[gnu::always_inline]] inline bool Plan::FillSingleVariant(const GearSet& gears,
+                                                           std::span<const int64_t> raw,
+                                                           Plan* plan) {
   const int n = gears.num_dimensions();
   if (static_cast<int>(raw.size()) != n || gears.scheme() != GearScheme::kIndependent) return false;
   for (int d = 0; d < n; ++d) {
@@ -181,8 +183,8 @@ void Plan::AssignCombinations(const GearSet& gears, Plan* plan) {
   for (int i = 0; i < a.num_groups; ++i) {
     for (int j = 0; j < b.num_groups; ++j) {
       JointGroup& jg = plan->joint_groups_[i * b.num_groups + j];
-      const GearCombination* c =
-          gears.CombinationForCell(gears.MapToGearIndex(0, a.groups[i].gear), gears.MapToGearIndex(1, b.groups[j].gear));
+      const GearCombination* c = gears.CombinationForCell(
+          gears.MapToGearIndex(0, a.groups[i].gear), gears.MapToGearIndex(1, b.groups[j].gear));
       jg.eager = c == nullptr;
       jg.gear[0] = c ? (*c)[0] : a.groups[i].extent;
       jg.gear[1] = c ? (*c)[1] : b.groups[j].extent;

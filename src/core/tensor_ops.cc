@@ -122,7 +122,8 @@ void FillBox(const ByteView& dst, const int64_t* start, const int64_t* extent,
         filled += chunk;
       }
     } else {
-      for (int64_t k = 0; k < run; ++k) std::memcpy(d + k * stride, value, static_cast<size_t>(elem));
+      for (int64_t k = 0; k < run; ++k)
+        std::memcpy(d + k * stride, value, static_cast<size_t>(elem));
     }
     int i = inner - 1;
     for (; i >= 0; --i) {
@@ -158,9 +159,9 @@ absl::Status EncodePadValue(const DLDataType& dtype, double value, unsigned char
     default:
       break;
   }
-  return InvalidField("pad_value", internal::Cat(value),
-                      internal::Cat("dtype code ", dtype.code, " with ", dtype.bits,
-                                   " bits pads only with 0"));
+  return InvalidField(
+      "pad_value", internal::Cat(value),
+      internal::Cat("dtype code ", dtype.code, " with ", dtype.bits, " bits pads only with 0"));
 }
 
 absl::Status CheckBindings(const DLTensor& t, std::span<const AxisBinding> bindings,
@@ -184,10 +185,10 @@ absl::StatusOr<int64_t> ElementBytes(const DLDataType& dtype, std::string_view f
   const bool known = dtype.code == kDLInt || dtype.code == kDLUInt || dtype.code == kDLFloat ||
                      dtype.code == kDLBfloat || dtype.code == kDLComplex;
   if (!known || dtype.lanes != 1 || dtype.bits == 0 || dtype.bits % 8 != 0) {
-    return InvalidField(internal::Cat(field, ".dtype"),
-                        internal::Cat("code ", dtype.code, " bits ", dtype.bits, " lanes ",
-                                     dtype.lanes),
-                        "int, uint, float, bfloat or complex with whole bytes and 1 lane");
+    return InvalidField(
+        internal::Cat(field, ".dtype"),
+        internal::Cat("code ", dtype.code, " bits ", dtype.bits, " lanes ", dtype.lanes),
+        "int, uint, float, bfloat or complex with whole bytes and 1 lane");
   }
   return dtype.bits / 8;
 }
@@ -206,9 +207,12 @@ absl::Status CheckHostTensor(const DLTensor& tensor, std::span<const int64_t> ex
   if (tensor.data == nullptr) return InvalidField(internal::Cat(field, ".data"), "null", "data");
   for (int i = 0; i < tensor.ndim; ++i) {
     if (tensor.shape[i] != expected[i]) {
-      return InvalidField(internal::Cat(field, ".shape"),
-                          internal::Cat("[", fmt::format("{}", fmt::join(tensor.shape, tensor.shape + tensor.ndim, ",")), "]"),
-                          internal::Cat("shape [", fmt::format("{}", fmt::join(expected, ",")), "] expected"));
+      return InvalidField(
+          internal::Cat(field, ".shape"),
+          internal::Cat("[",
+                        fmt::format("{}", fmt::join(tensor.shape, tensor.shape + tensor.ndim, ",")),
+                        "]"),
+          internal::Cat("shape [", fmt::format("{}", fmt::join(expected, ",")), "] expected"));
     }
   }
   return absl::OkStatus();
@@ -259,7 +263,8 @@ absl::Status GatherChunk(const DLTensor& input, std::span<const AxisBinding> bin
     return s;
   }
   if (chunk->dtype.code != input.dtype.code || chunk->dtype.bits != input.dtype.bits) {
-    return InvalidField("chunk.dtype", internal::Cat("code ", chunk->dtype.code, " bits ", chunk->dtype.bits),
+    return InvalidField("chunk.dtype",
+                        internal::Cat("code ", chunk->dtype.code, " bits ", chunk->dtype.bits),
                         "the input's dtype");
   }
   const int64_t elem = input.dtype.bits / 8;
@@ -309,20 +314,20 @@ absl::Status ScatterChunk(const DLTensor& chunk_output, std::span<const AxisBind
   int64_t chunk_shape[kMaxTensorRank];
   for (int i = 0; i < output->ndim; ++i) chunk_shape[i] = output->shape[i];
   for (const AxisBinding& b : bindings) chunk_shape[b.axis] = variant.gear[b.dimension];
-  if (auto s = CheckHostTensor(chunk_output,
-                               {chunk_shape, static_cast<size_t>(chunk_output.ndim)},
+  if (auto s = CheckHostTensor(chunk_output, {chunk_shape, static_cast<size_t>(chunk_output.ndim)},
                                "chunk_output");
       !s.ok()) {
     return s;
   }
-  if (auto s = CheckHostTensor(*output, {output->shape, static_cast<size_t>(output->ndim)},
-                               "output");
+  if (auto s =
+          CheckHostTensor(*output, {output->shape, static_cast<size_t>(output->ndim)}, "output");
       !s.ok()) {
     return s;
   }
   if (chunk_output.dtype.code != output->dtype.code ||
       chunk_output.dtype.bits != output->dtype.bits) {
-    return InvalidField("output.dtype", internal::Cat("code ", output->dtype.code, " bits ", output->dtype.bits),
+    return InvalidField("output.dtype",
+                        internal::Cat("code ", output->dtype.code, " bits ", output->dtype.bits),
                         "the chunk output's dtype");
   }
   for (const AxisBinding& b : bindings) {

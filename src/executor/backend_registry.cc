@@ -22,14 +22,15 @@ BackendRegistry& BackendRegistry::Global() {
 absl::Status BackendRegistry::Register(std::string name, BackendFactory factory) {
   MutexLock lock(&factories_->mu);
   if (factories_->by_name.count(name)) {
-    return internal::InvalidField("backend", internal::Cat("\"", name, "\""), "a name not registered yet");
+    return internal::InvalidField("backend", internal::Cat("\"", name, "\""),
+                                  "a name not registered yet");
   }
   factories_->by_name.emplace(std::move(name), std::move(factory));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::Create(std::string_view name,
-                                                                 const BackendParams& params) const {
+absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::Create(
+    std::string_view name, const BackendParams& params) const {
   BackendFactory factory;
   std::string known;
   {
@@ -39,8 +40,9 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::Create(std::string_vie
     for (const auto& [n, f] : factories_->by_name) known += (known.empty() ? "" : ", ") + n;
   }
   if (!factory) {
-    return internal::InvalidField("backend", internal::Cat("\"", name, "\""),
-                                  internal::Cat("one of: ", known.empty() ? "(none built)" : known));
+    return internal::InvalidField(
+        "backend", internal::Cat("\"", name, "\""),
+        internal::Cat("one of: ", known.empty() ? "(none built)" : known));
   }
   return factory(params);
 }

@@ -9,9 +9,9 @@
 
 #include "fmt/ranges.h"
 #include "src/common/errors.h"
+#include "src/common/mutex.h"
 #include "src/runtime/epoch.h"
 #include "src/stats/event_log.h"  // ThisThreadIndex
-#include "src/common/mutex.h"
 
 namespace gearbox {
 namespace {
@@ -60,8 +60,13 @@ absl::Status Stage(const TensorSpec& spec, const Variant& v, bool zero, Staged* 
     out->capacity = bytes;
   }
   if (zero) std::memset(out->bytes.get(), 0, bytes);
-  out->tensor = DLTensor{out->bytes.get(), {kDLCPU, 0}, static_cast<int>(out->shape.size()),
-                         spec.dtype, out->shape.data(), nullptr, 0};
+  out->tensor = DLTensor{out->bytes.get(),
+                         {kDLCPU, 0},
+                         static_cast<int>(out->shape.size()),
+                         spec.dtype,
+                         out->shape.data(),
+                         nullptr,
+                         0};
   return absl::OkStatus();
 }
 
@@ -166,7 +171,8 @@ class GearedExecutor::Cache {
 GearedExecutor::GearedExecutor(AdaptiveGearRuntime* runtime, Backend* backend,
                                ExecutorOptions options)
     : runtime_(runtime), backend_(backend), options_(options), cache_(std::make_unique<Cache>()) {
-  listener_ = runtime_->AddReleaseListener([this](std::span<const GraphKey> keys) { OnReleased(keys); });
+  listener_ =
+      runtime_->AddReleaseListener([this](std::span<const GraphKey> keys) { OnReleased(keys); });
 }
 
 GearedExecutor::~GearedExecutor() { runtime_->RemoveReleaseListener(listener_); }
@@ -196,11 +202,9 @@ void GearedExecutor::TryReclaim() {
   c.mu.Unlock();
 }
 
-
-
 absl::StatusOr<std::unique_ptr<GearedExecutor>> GearedExecutor::Create(AdaptiveGearRuntime* runtime,
-                                                                      Backend* backend,
-                                                                      ExecutorOptions options) {
+                                                                       Backend* backend,
+                                                                       ExecutorOptions options) {
   if (runtime == nullptr || backend == nullptr) {
     return InvalidField("executor", "null runtime or backend", "both");
   }
@@ -211,7 +215,8 @@ absl::StatusOr<std::unique_ptr<GearedExecutor>> GearedExecutor::Create(AdaptiveG
     if (auto e = ElementBytes(t.dtype, t.name); !e.ok()) return e.status();
     for (const AxisBinding& b : t.bindings) {
       if (b.axis < 0 || b.axis >= static_cast<int>(t.shape.size())) {
-        return InvalidField(Cat(t.name, ".bindings.axis"), Cat(b.axis), Cat("an axis of a rank-", t.shape.size(), " tensor"));
+        return InvalidField(Cat(t.name, ".bindings.axis"), Cat(b.axis),
+                            Cat("an axis of a rank-", t.shape.size(), " tensor"));
       }
       if (b.dimension < 0 || b.dimension >= dims) {
         return InvalidField(Cat(t.name, ".bindings.dimension"), Cat(b.dimension),
@@ -246,10 +251,13 @@ absl::Status GearedExecutor::CheckTensors(std::span<const DLTensor> inputs,
     if (t.ndim != static_cast<int>(spec.shape.size())) {
       return InvalidField(Cat(spec.name, ".ndim"), Cat(t.ndim), Cat("rank ", spec.shape.size()));
     }
-    if (t.dtype.code != spec.dtype.code || t.dtype.bits != spec.dtype.bits || t.dtype.lanes != spec.dtype.lanes) {
-      return InvalidField(Cat(spec.name, ".dtype"),
-                          Cat("code ", static_cast<int>(t.dtype.code), " bits ", static_cast<int>(t.dtype.bits)),
-                          Cat("code ", static_cast<int>(spec.dtype.code), " bits ", static_cast<int>(spec.dtype.bits)));
+    if (t.dtype.code != spec.dtype.code || t.dtype.bits != spec.dtype.bits ||
+        t.dtype.lanes != spec.dtype.lanes) {
+      return InvalidField(
+          Cat(spec.name, ".dtype"),
+          Cat("code ", static_cast<int>(t.dtype.code), " bits ", static_cast<int>(t.dtype.bits)),
+          Cat("code ", static_cast<int>(spec.dtype.code), " bits ",
+              static_cast<int>(spec.dtype.bits)));
     }
     if (t.data == nullptr) return InvalidField(Cat(spec.name, ".data"), "null", "a buffer");
     for (int a = 0; a < t.ndim; ++a) {
@@ -265,7 +273,8 @@ absl::Status GearedExecutor::CheckTensors(std::span<const DLTensor> inputs,
         continue;
       }
       int64_t& r = raw[binding->dimension];
-      if (t.shape[a] < 1) return InvalidField(Cat(spec.name, ".shape[", a, "]"), Cat(t.shape[a]), "a size >= 1");
+      if (t.shape[a] < 1)
+        return InvalidField(Cat(spec.name, ".shape[", a, "]"), Cat(t.shape[a]), "a size >= 1");
       if (input && r < 0) {
         r = t.shape[a];
       } else if (t.shape[a] != r) {
@@ -276,10 +285,12 @@ absl::Status GearedExecutor::CheckTensors(std::span<const DLTensor> inputs,
     return absl::OkStatus();
   };
   if (inputs.size() != sig.inputs.size()) {
-    return InvalidField("inputs", Cat(inputs.size(), " tensors"), Cat(sig.inputs.size(), " tensors"));
+    return InvalidField("inputs", Cat(inputs.size(), " tensors"),
+                        Cat(sig.inputs.size(), " tensors"));
   }
   if (outputs.size() != sig.outputs.size()) {
-    return InvalidField("outputs", Cat(outputs.size(), " tensors"), Cat(sig.outputs.size(), " tensors"));
+    return InvalidField("outputs", Cat(outputs.size(), " tensors"),
+                        Cat(sig.outputs.size(), " tensors"));
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (auto s = check(inputs[i], sig.inputs[i], true); !s.ok()) return s;
@@ -290,7 +301,8 @@ absl::Status GearedExecutor::CheckTensors(std::span<const DLTensor> inputs,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(std::span<const int64_t> gears) {
+absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(
+    std::span<const int64_t> gears) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<Executable>> exe;
   try {
@@ -300,22 +312,24 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(std::span<co
   } catch (...) {
     exe = absl::InternalError("compile threw an unknown exception");
   }
-  compile_nanos_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                     std::chrono::steady_clock::now() - start)
-                                                     .count()),
-                           std::memory_order_relaxed);
+  compile_nanos_.fetch_add(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count()),
+      std::memory_order_relaxed);
   if (exe.ok() && *exe == nullptr) exe = absl::InternalError("compile returned no executable");
   if (!exe.ok()) {
     compile_failures_.fetch_add(1, std::memory_order_relaxed);
     return absl::Status(exe.status().code(),
-                        Cat("compiling gears (", fmt::format("{}", fmt::join(gears, ",")), ") failed: ",
-                            internal::Message(exe.status())));
+                        Cat("compiling gears (", fmt::format("{}", fmt::join(gears, ",")),
+                            ") failed: ", internal::Message(exe.status())));
   }
   compiles_.fetch_add(1, std::memory_order_relaxed);
   return exe;
 }
 
-absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileOnce(std::span<const int64_t> gears) {
+absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileOnce(
+    std::span<const int64_t> gears) {
   Combo combo;
   combo.n = static_cast<int>(gears.size());
   std::copy(gears.begin(), gears.end(), combo.gear);
@@ -324,7 +338,8 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileOnce(std::spa
     MutexLock lock(&c.mu);
     while (true) {
       // Under mu the current table cannot be retired: safe without a pin.
-      if (const Cache::Slot* slot = c.table.load(std::memory_order_relaxed)->Find(combo)) return slot->exe;
+      if (const Cache::Slot* slot = c.table.load(std::memory_order_relaxed)->Find(combo))
+        return slot->exe;
       if (c.compiling.insert(combo).second) break;  // this thread compiles
       c.compiled.Wait(&c.mu);  // another thread compiles it; wait and look again
     }
@@ -385,8 +400,10 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
   const bool host = backend_->device().device_type == kDLCPU;
   // Zero copy: one variant exactly at the request's size, compact tensors.
   bool zero_copy = host && plan.exact();
-  for (const DLTensor& t : inputs) zero_copy = zero_copy && Compact(t) && t.device.device_type == kDLCPU;
-  for (const DLTensor& t : outputs) zero_copy = zero_copy && Compact(t) && t.device.device_type == kDLCPU;
+  for (const DLTensor& t : inputs)
+    zero_copy = zero_copy && Compact(t) && t.device.device_type == kDLCPU;
+  for (const DLTensor& t : outputs)
+    zero_copy = zero_copy && Compact(t) && t.device.device_type == kDLCPU;
 
   const ScratchLease lease(zero_copy ? 0 : sig.inputs.size(), zero_copy ? 0 : sig.outputs.size());
   std::vector<Staged>& in_stage = (*lease).in;
@@ -409,7 +426,8 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
     }
     if (exe == nullptr) {
       if (v.eager) eager_.fetch_add(1, std::memory_order_relaxed);
-      absl::StatusOr<std::shared_ptr<Executable>> compiled = v.eager ? Compile(gears) : CompileOnce(gears);
+      absl::StatusOr<std::shared_ptr<Executable>> compiled =
+          v.eager ? Compile(gears) : CompileOnce(gears);
       if (!compiled.ok()) {
         status = compiled.status();
         return;
@@ -427,7 +445,8 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
     for (size_t i = 0; i < sig.inputs.size() && status.ok(); ++i) {
       status = Stage(sig.inputs[i], v, /*zero=*/false, &in_stage[i]);
       if (status.ok()) {
-        status = GatherChunk(inputs[i], sig.inputs[i].bindings, v, options_.pad_value, &in_stage[i].tensor);
+        status = GatherChunk(inputs[i], sig.inputs[i].bindings, v, options_.pad_value,
+                             &in_stage[i].tensor);
       }
       in_views[i] = in_stage[i].tensor;
     }
@@ -442,7 +461,8 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
   });
   if (status.ok()) {
     if (zero_copy) counters.zero_copy.fetch_add(1, std::memory_order_relaxed);
-    counters.variants.fetch_add(static_cast<uint64_t>(plan.num_variants()), std::memory_order_relaxed);
+    counters.variants.fetch_add(static_cast<uint64_t>(plan.num_variants()),
+                                std::memory_order_relaxed);
     runtime_->RecordPlan(plan);
   } else {
     counters.failed.fetch_add(1, std::memory_order_relaxed);

@@ -30,8 +30,8 @@ int64_t MapUp(const std::vector<int64_t>& gears, int64_t v) {
 }
 
 // Serves every request on the grid of `ga` x `gb`; fills the plan.
-JointPlan OnGrid(const std::vector<Size2D>& sizes, const std::vector<int64_t>& ga, const std::vector<int64_t>& gb,
-                 GearScheme scheme) {
+JointPlan OnGrid(const std::vector<Size2D>& sizes, const std::vector<int64_t>& ga,
+                 const std::vector<int64_t>& gb, GearScheme scheme) {
   JointPlan p;
   p.scheme = scheme;
   std::map<Combo, double> used;
@@ -74,7 +74,8 @@ JointPlan Independent(const std::vector<Size2D>& sizes, int max_graphs) {
 // Lloyd refinement from `combos` (combos[0] must be the covering (max, max)):
 // assign each request to its cheapest covering combination, shrink each
 // combination to its members; neither step can raise the padded total.
-JointPlan Refine(const std::vector<Size2D>& sizes, std::vector<Combo> combos, int64_t max_a, int64_t max_b) {
+JointPlan Refine(const std::vector<Size2D>& sizes, std::vector<Combo> combos, int64_t max_a,
+                 int64_t max_b) {
   JointPlan p;
   p.scheme = GearScheme::kJoint;
   for (int iter = 0; iter < 50; ++iter) {
@@ -100,7 +101,8 @@ JointPlan Refine(const std::vector<Size2D>& sizes, std::vector<Combo> combos, in
     if (next == combos) break;
     combos = next;
   }
-  for (const Size2D& s : sizes) p.raw += s.count * static_cast<double>(s.a) * static_cast<double>(s.b);
+  for (const Size2D& s : sizes)
+    p.raw += s.count * static_cast<double>(s.a) * static_cast<double>(s.b);
   for (const Combo& c : combos) {
     if (c[0] > 0) p.graphs.push_back(c);
   }
@@ -219,21 +221,25 @@ JointPlan Sparse(const std::vector<Size2D>& sizes, int max_graphs) {
 
 }  // namespace
 
-absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs, GearScheme scheme,
-                                    uint64_t seed) {
+absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs,
+                                    GearScheme scheme, uint64_t seed) {
   if (sizes.empty()) return absl::InvalidArgumentError("no sizes to plan for");
   if (max_graphs < 1 || max_graphs > 4096) {
     return internal::InvalidFieldValue("--graphs", max_graphs, "an integer in [1, 4096]");
   }
   for (const Size2D& s : sizes) {
     if (s.a < 1 || s.b < 1 || !(s.count > 0)) {
-      return internal::InvalidField("sizes", Cat("(", s.a, ", ", s.b, ") x ", s.count), "sizes >= 1, counts > 0");
+      return internal::InvalidField("sizes", Cat("(", s.a, ", ", s.b, ") x ", s.count),
+                                    "sizes >= 1, counts > 0");
     }
   }
   switch (scheme) {
-    case GearScheme::kIndependent: return Independent(sizes, max_graphs);
-    case GearScheme::kJoint: return Joint(sizes, max_graphs, seed);
-    case GearScheme::kSparse: return Sparse(sizes, max_graphs);
+    case GearScheme::kIndependent:
+      return Independent(sizes, max_graphs);
+    case GearScheme::kJoint:
+      return Joint(sizes, max_graphs, seed);
+    case GearScheme::kSparse:
+      return Sparse(sizes, max_graphs);
   }
   return absl::InternalError("unknown scheme");
 }

@@ -14,7 +14,8 @@ namespace gearbox {
 // max_gears, stopping once the total rises (it is convex in the count).
 namespace internal {
 std::vector<int64_t> SolveBucketDp(const SizeHistogram& sizes, int max_gears,
-                                   const std::vector<double>& unit, const std::vector<double>& fixed,
+                                   const std::vector<double>& unit,
+                                   const std::vector<double>& fixed,
                                    std::vector<double>* best_per_count,
                                    std::vector<std::vector<int64_t>>* gears_per_count);
 }  // namespace internal
@@ -122,28 +123,37 @@ absl::Status CheckInput(const SizeHistogram& h, int k, const char* field) {
 
 std::string_view PlanMethodName(PlanMethod method) {
   switch (method) {
-    case PlanMethod::kUniform: return "uniform";
-    case PlanMethod::kQuantile: return "quantile";
-    case PlanMethod::kKMeans: return "kmeans";
-    case PlanMethod::kDp: return "dp";
+    case PlanMethod::kUniform:
+      return "uniform";
+    case PlanMethod::kQuantile:
+      return "quantile";
+    case PlanMethod::kKMeans:
+      return "kmeans";
+    case PlanMethod::kDp:
+      return "dp";
   }
   return "unknown";
 }
 
 absl::StatusOr<PlanMethod> ParsePlanMethod(std::string_view name) {
-  for (PlanMethod m : {PlanMethod::kUniform, PlanMethod::kQuantile, PlanMethod::kKMeans, PlanMethod::kDp}) {
+  for (PlanMethod m :
+       {PlanMethod::kUniform, PlanMethod::kQuantile, PlanMethod::kKMeans, PlanMethod::kDp}) {
     if (name == PlanMethodName(m)) return m;
   }
-  return internal::InvalidField("--method", Cat("\"", name, "\""), "uniform, quantile, kmeans or dp");
+  return internal::InvalidField("--method", Cat("\"", name, "\""),
+                                "uniform, quantile, kmeans or dp");
 }
 
 absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& h, int k, PlanMethod method,
                                                uint64_t seed) {
   if (auto s = CheckInput(h, k, "--gears"); !s.ok()) return s;
   switch (method) {
-    case PlanMethod::kUniform: return Uniform(h, k);
-    case PlanMethod::kQuantile: return Quantile(h, k);
-    case PlanMethod::kKMeans: return KMeans(h, k, seed);
+    case PlanMethod::kUniform:
+      return Uniform(h, k);
+    case PlanMethod::kQuantile:
+      return Quantile(h, k);
+    case PlanMethod::kKMeans:
+      return KMeans(h, k, seed);
     case PlanMethod::kDp: {
       auto plan = OptimalGears(h, k, /*splittable=*/false);
       if (!plan.ok()) return plan.status();
@@ -168,21 +178,29 @@ double GearCostModel::Run(int64_t size) const {
 }
 
 double GearCostModel::GearBytes(int64_t gear) const {
-  return memory_fixed_bytes + memory_bytes_per_unit * Power(static_cast<double>(gear), memory_exponent);
+  return memory_fixed_bytes +
+         memory_bytes_per_unit * Power(static_cast<double>(gear), memory_exponent);
 }
 
 absl::Status ValidateCostModel(const GearCostModel& m) {
   const std::pair<const char*, double> nonnegative[] = {
-      {"compile_seconds", m.compile_seconds}, {"seconds_per_unit", m.seconds_per_unit},
+      {"compile_seconds", m.compile_seconds},
+      {"seconds_per_unit", m.seconds_per_unit},
       {"seconds_per_run", m.seconds_per_run},
-      {"memory_fixed_bytes", m.memory_fixed_bytes}, {"memory_bytes_per_unit", m.memory_bytes_per_unit},
-      {"alpha", m.alpha}, {"beta", m.beta}, {"gamma", m.gamma}};
+      {"memory_fixed_bytes", m.memory_fixed_bytes},
+      {"memory_bytes_per_unit", m.memory_bytes_per_unit},
+      {"alpha", m.alpha},
+      {"beta", m.beta},
+      {"gamma", m.gamma}};
   for (const auto& [name, v] : nonnegative) {
-    if (!(std::isfinite(v) && v >= 0)) return internal::InvalidFieldValue(name, v, "a finite number >= 0");
+    if (!(std::isfinite(v) && v >= 0))
+      return internal::InvalidFieldValue(name, v, "a finite number >= 0");
   }
-  for (const auto& [name, v] : {std::pair<const char*, double>{"runtime_exponent", m.runtime_exponent},
-                                {"memory_exponent", m.memory_exponent}}) {
-    if (!(std::isfinite(v) && v > 0 && v <= 4)) return internal::InvalidFieldValue(name, v, "a number in (0, 4]");
+  for (const auto& [name, v] :
+       {std::pair<const char*, double>{"runtime_exponent", m.runtime_exponent},
+        {"memory_exponent", m.memory_exponent}}) {
+    if (!(std::isfinite(v) && v > 0 && v <= 4))
+      return internal::InvalidFieldValue(name, v, "a number in (0, 4]");
   }
   if (m.seconds_per_unit <= 0 || m.beta <= 0) {
     return internal::InvalidField("beta * seconds_per_unit", Cat(m.beta * m.seconds_per_unit),
@@ -195,8 +213,8 @@ absl::StatusOr<CostBreakdown> EvaluateCost(const SizeHistogram& h, std::span<con
                                            const GearCostModel& m) {
   if (gears.empty()) return internal::InvalidField("gears", "[]", "at least one gear");
   if (!h.values.empty() && h.values.back() > gears.back()) {
-    return internal::InvalidFieldValue("gears", gears.back(),
-                                       Cat("a largest gear covering the largest size ", h.values.back()));
+    return internal::InvalidFieldValue(
+        "gears", gears.back(), Cat("a largest gear covering the largest size ", h.values.back()));
   }
   CostBreakdown c;
   c.compile_seconds = static_cast<double>(gears.size()) * m.compile_seconds;
@@ -229,7 +247,8 @@ absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& h, int budget, P
     std::vector<double> unit, fixed;
     for (int64_t v : h.values) {
       unit.push_back(m.beta * m.Run(v));
-      fixed.push_back(m.alpha * m.compile_seconds + m.gamma * m.GearBytes(v) / (1024.0 * 1024.0 * 1024.0));
+      fixed.push_back(m.alpha * m.compile_seconds +
+                      m.gamma * m.GearBytes(v) / (1024.0 * 1024.0 * 1024.0));
     }
     // totals[k] is the modelled cost with exactly k gears plus the same
     // constant for every k (the sizes' own run time), so its smallest entry
@@ -255,7 +274,8 @@ absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& h, int budget, P
   auto padded = PaddedTotal(h, best.plan.gears, false);
   if (!padded.ok()) return padded.status();
   best.plan.padded = *padded;
-  best.plan.search = Cat(PlanMethodName(method), ", best of 1..", budget, " gears under the cost model");
+  best.plan.search =
+      Cat(PlanMethodName(method), ", best of 1..", budget, " gears under the cost model");
   return best;
 }
 

@@ -23,7 +23,9 @@ class BucketDp {
  public:
   BucketDp(const std::vector<int64_t>& values, const std::vector<double>& counts,
            std::vector<double> unit = {}, std::vector<double> fixed = {})
-      : v_(values), unit_(std::move(unit)), fixed_(std::move(fixed)),
+      : v_(values),
+        unit_(std::move(unit)),
+        fixed_(std::move(fixed)),
         count_prefix_(values.size() + 1, 0.0) {
     for (size_t i = 0; i < v_.size(); ++i) count_prefix_[i + 1] = count_prefix_[i] + counts[i];
     if (unit_.empty()) {
@@ -175,8 +177,8 @@ absl::StatusOr<double> PaddedTotal(const SizeHistogram& h, std::span<const int64
       const int64_t rest = v % max;
       padded += h.counts[i] * static_cast<double>((v / max) * max + (rest > 0 ? map(rest) : 0));
     } else {
-      return internal::InvalidFieldValue("size", v,
-                                         Cat("at most the largest gear ", max, " (not splittable)"));
+      return internal::InvalidFieldValue(
+          "size", v, Cat("at most the largest gear ", max, " (not splittable)"));
     }
   }
   return padded;
@@ -227,7 +229,8 @@ absl::StatusOr<GearPlan> OptimalGears(const SizeHistogram& h, int k, bool splitt
 namespace gearbox::internal {
 
 std::vector<int64_t> SolveBucketDp(const SizeHistogram& sizes, int max_gears,
-                                   const std::vector<double>& unit, const std::vector<double>& fixed,
+                                   const std::vector<double>& unit,
+                                   const std::vector<double>& fixed,
                                    std::vector<double>* best_per_count,
                                    std::vector<std::vector<int64_t>>* gears_per_count) {
   BucketDp dp(sizes.values, sizes.counts, unit, fixed);

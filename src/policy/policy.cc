@@ -189,8 +189,8 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
       }
     }
     if (candidates.empty()) continue;
-    const size_t chosen_index = *std::min_element(
-        candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+    const size_t chosen_index =
+        *std::min_element(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
           const GearRecord& x = rec.gears[a];
           const GearRecord& y = rec.gears[b];
           if (x.tier != y.tier) return x.tier < y.tier;
@@ -227,9 +227,8 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
       chosen.readd_pad_ratio = pad_after;
       const bool fires_after = static_cast<int64_t>(pad_count_after) >= o.add_min_samples &&
                                pad_after >= o.pad_add_threshold - o.hysteresis_margin;
-      const bool fires_now =
-          static_cast<int64_t>(receiver.pad_sample_count) >= o.add_min_samples &&
-          receiver.avg_pad_ratio >= o.pad_add_threshold;
+      const bool fires_now = static_cast<int64_t>(receiver.pad_sample_count) >= o.add_min_samples &&
+                             receiver.avg_pad_ratio >= o.pad_add_threshold;
       const bool proposal_is_new =
           proposal_after == chosen.gear ||
           !std::binary_search(current.begin(), current.end(), proposal_after);
@@ -329,23 +328,34 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
 
 std::string_view TriggerName(UpdateTrigger trigger) {
   switch (trigger) {
-    case UpdateTrigger::kManual: return "manual";
-    case UpdateTrigger::kInterval: return "interval";
-    case UpdateTrigger::kMemory: return "memory";
+    case UpdateTrigger::kManual:
+      return "manual";
+    case UpdateTrigger::kInterval:
+      return "interval";
+    case UpdateTrigger::kMemory:
+      return "memory";
   }
   return "unknown";
 }
 
 std::string_view VerdictName(GearVerdict verdict) {
   switch (verdict) {
-    case GearVerdict::kMaxGear: return "max_gear";
-    case GearVerdict::kProtected: return "protected";
-    case GearVerdict::kMinCount: return "min_count";
-    case GearVerdict::kCandidate: return "candidate";
-    case GearVerdict::kReplaceLoss: return "replace_loss";
-    case GearVerdict::kWouldReadd: return "would_readd";
-    case GearVerdict::kEvicted: return "evicted";
-    case GearVerdict::kKept: return "kept";
+    case GearVerdict::kMaxGear:
+      return "max_gear";
+    case GearVerdict::kProtected:
+      return "protected";
+    case GearVerdict::kMinCount:
+      return "min_count";
+    case GearVerdict::kCandidate:
+      return "candidate";
+    case GearVerdict::kReplaceLoss:
+      return "replace_loss";
+    case GearVerdict::kWouldReadd:
+      return "would_readd";
+    case GearVerdict::kEvicted:
+      return "evicted";
+    case GearVerdict::kKept:
+      return "kept";
   }
   return "unknown";
 }
@@ -356,25 +366,38 @@ std::string_view AdditionTriggerName(AdditionTrigger trigger) {
 
 std::string_view ChangeActionName(ChangeAction action) {
   switch (action) {
-    case ChangeAction::kAdd: return "add";
-    case ChangeAction::kRemove: return "remove";
-    case ChangeAction::kReplace: return "replace";
-    case ChangeAction::kReplan: return "replan";
-    case ChangeAction::kCompile: return "compile";
-    case ChangeAction::kDrop: return "drop";
-    case ChangeAction::kNone: return "none";
+    case ChangeAction::kAdd:
+      return "add";
+    case ChangeAction::kRemove:
+      return "remove";
+    case ChangeAction::kReplace:
+      return "replace";
+    case ChangeAction::kReplan:
+      return "replan";
+    case ChangeAction::kCompile:
+      return "compile";
+    case ChangeAction::kDrop:
+      return "drop";
+    case ChangeAction::kNone:
+      return "none";
   }
   return "?";
 }
 
 std::string_view OutcomeName(AdditionOutcome outcome) {
   switch (outcome) {
-    case AdditionOutcome::kAdded: return "added";
-    case AdditionOutcome::kDuplicate: return "duplicate";
-    case AdditionOutcome::kJustEvicted: return "just_evicted";
-    case AdditionOutcome::kThin: return "thin";
-    case AdditionOutcome::kCap: return "cap";
-    case AdditionOutcome::kBudget: return "budget";
+    case AdditionOutcome::kAdded:
+      return "added";
+    case AdditionOutcome::kDuplicate:
+      return "duplicate";
+    case AdditionOutcome::kJustEvicted:
+      return "just_evicted";
+    case AdditionOutcome::kThin:
+      return "thin";
+    case AdditionOutcome::kCap:
+      return "cap";
+    case AdditionOutcome::kBudget:
+      return "budget";
   }
   return "unknown";
 }

@@ -11,8 +11,9 @@ namespace {
 // The seed policy's record for the per-gear numbers (hits, padding,
 // samples), with nothing decided: this policy's decisions replace its
 // verdicts, additions and changes.
-UpdateDecision StartFromTheSeedRecord(const GearSet& gears, const WindowStats& stats, const MemoryState& memory,
-                                      const AdaptiveOptions& adaptive, double now) {
+UpdateDecision StartFromTheSeedRecord(const GearSet& gears, const WindowStats& stats,
+                                      const MemoryState& memory, const AdaptiveOptions& adaptive,
+                                      double now) {
   AdaptiveOptions frozen = adaptive;
   frozen.recent_use_protect_seconds = std::numeric_limits<double>::infinity();
   UpdateDecision out = DecideUpdate(gears, stats, MemoryState{}, frozen, now);
@@ -43,7 +44,8 @@ void Finish(const GearSet& gears, UpdateDecision* out) {
   for (int d = 0; d < gears.num_dimensions(); ++d) {
     if (!out->removed[d].empty() || !out->added[d].empty()) out->changed = true;
   }
-  if (gears.scheme() != GearScheme::kIndependent && out->next_combinations != gears.combinations()) {
+  if (gears.scheme() != GearScheme::kIndependent &&
+      out->next_combinations != gears.combinations()) {
     out->changed = true;
   }
   UpdateRecord& rec = out->record;
@@ -55,15 +57,16 @@ void Finish(const GearSet& gears, UpdateDecision* out) {
 
 }  // namespace
 
-UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats, const MemoryState& memory,
-                            const AdaptiveOptions& adaptive, const ReplanOptions& o, double now) {
+UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
+                            const MemoryState& memory, const AdaptiveOptions& adaptive,
+                            const ReplanOptions& o, double now) {
   UpdateDecision out = StartFromTheSeedRecord(gears, stats, memory, adaptive, now);
   // 1. Each dimension's gears (the grid), priced as its gears' combinations
   // with the others.
   const std::vector<internal::DimensionCost> costs = internal::CostPerDimension(gears, stats, o);
   for (int d = 0; d < gears.num_dimensions(); ++d) {
-    internal::ReplanDimension(gears, d, internal::StatsOf(gears, stats, d), costs[d], memory, adaptive, o, now,
-                              &out);
+    internal::ReplanDimension(gears, d, internal::StatsOf(gears, stats, d), costs[d], memory,
+                              adaptive, o, now, &out);
   }
   // 2. Joint and sparse sets: which cells of the new grid are compiled.
   if (gears.scheme() != GearScheme::kIndependent) {

@@ -29,16 +29,28 @@ namespace {
 class CombinationChooser {
  public:
   CombinationChooser(const GearSet& current, const WindowStats& stats, const MemoryState& memory,
-                     const AdaptiveOptions& adaptive, const ReplanOptions& o, double now, UpdateDecision* out)
-      : current_(current), memory_(memory), o_(o), now_(now), out_(out),
+                     const AdaptiveOptions& adaptive, const ReplanOptions& o, double now,
+                     UpdateDecision* out)
+      : current_(current),
+        memory_(memory),
+        o_(o),
+        now_(now),
+        out_(out),
         created_(stats.combinations.begin(), stats.combinations.end()),
-        removed_at_(stats.recently_removed_combinations.begin(), stats.recently_removed_combinations.end()),
-        g0_(out->next_gears[0]), g1_(out->next_gears[1]), n0_(g0_.size()), n1_(g1_.size()), m_(o.cost),
+        removed_at_(stats.recently_removed_combinations.begin(),
+                    stats.recently_removed_combinations.end()),
+        g0_(out->next_gears[0]),
+        g1_(out->next_gears[1]),
+        n0_(g0_.size()),
+        n1_(g1_.size()),
+        m_(o.cost),
         dims_(Cat(current.dimension(0).name, ",", current.dimension(1).name)),
-        compile_cost_(m_.alpha * m_.compile_seconds), holding_(std::min(o.gear_holding_seconds, compile_cost_)),
+        compile_cost_(m_.alpha * m_.compile_seconds),
+        holding_(std::min(o.gear_holding_seconds, compile_cost_)),
         ratio_(current.cover_ratio()) {
     double observed = 0;
-    for (const DimensionStats& ds : stats.dimensions) observed = std::max(observed, ds.observed_seconds);
+    for (const DimensionStats& ds : stats.dimensions)
+      observed = std::max(observed, ds.observed_seconds);
     scale_ = m_.beta * HorizonFactor(observed, adaptive, o);  // window seconds -> over the horizon
     BuildCells();
     BuildTraffic(stats);
@@ -60,7 +72,9 @@ class CombinationChooser {
   double Volume(size_t i, size_t j) const { return cell_volume_[At(i, j)]; }
   double RunTime(size_t i, size_t j) const { return cell_run_[At(i, j)]; }
   double MemoryCost(size_t i, size_t j) const { return cell_memory_[At(i, j)]; }
-  GearCombination Combination(size_t c) const { return GearCombination{g0_[c / n1_], g1_[c % n1_]}; }
+  GearCombination Combination(size_t c) const {
+    return GearCombination{g0_[c / n1_], g1_[c % n1_]};
+  }
 
   // Per cell: its size, its graph's run time and memory cost.
   void BuildCells() {
@@ -95,7 +109,8 @@ class CombinationChooser {
         j = n1_ - 1;
       }
       weight_[At(i, j)] += s.weight;
-      uncompiled_[At(i, j)] += s.weight * o_.uncompiled_slowdown * m_.Run(std::min(s.a, g0_[i]) * std::min(s.b, g1_[j]));
+      uncompiled_[At(i, j)] +=
+          s.weight * o_.uncompiled_slowdown * m_.Run(std::min(s.a, g0_[i]) * std::min(s.b, g1_[j]));
     }
     for (size_t c = 0; c < n0_ * n1_; ++c) {
       if (weight_[c] > 0) traffic_.push_back(c);
@@ -168,7 +183,8 @@ class CombinationChooser {
       Assign();
       std::vector<double> loss(n0_ * n1_, 0.0);
       for (size_t c : traffic_) {
-        if (best_at_[c] >= 0) loss[static_cast<size_t>(best_at_[c])] += scale_ * (second_cost_[c] - best_cost_[c]);
+        if (best_at_[c] >= 0)
+          loss[static_cast<size_t>(best_at_[c])] += scale_ * (second_cost_[c] - best_cost_[c]);
       }
       std::vector<size_t> go;
       int64_t least = -1;
@@ -179,7 +195,8 @@ class CombinationChooser {
         // or not (unless memory is high): the traffic of a cell comes and
         // goes within minutes, and recompiling it is the churn to avoid.
         auto c = created_.find(Combination(k));
-        if (!memory_.high && c != created_.end() && now_ - c->second < o_.min_gear_lifetime_seconds) continue;
+        if (!memory_.high && c != created_.end() && now_ - c->second < o_.min_gear_lifetime_seconds)
+          continue;
         if (loss[k] <= 0) {
           go.push_back(k);
         } else if (least < 0 || loss[k] < loss[static_cast<size_t>(least)]) {
@@ -197,8 +214,9 @@ class CombinationChooser {
         out_->record.changes.push_back(
             {dims_, ChangeAction::kDrop, 0, 0, -loss[k], 0.0, -loss[k],
              loss[k] <= 0 ? "no traffic of the window runs best on it"
-             : memory_.high && loss[k] >= holding_ ? "memory is high"
-                                                   : "its traffic loses less than holding one graph elsewhere",
+             : memory_.high && loss[k] >= holding_
+                 ? "memory is high"
+                 : "its traffic loses less than holding one graph elsewhere",
              Combination(k)});
       }
     }
@@ -232,7 +250,8 @@ class CombinationChooser {
     if (served < o_.min_window_weight) return 0.0;
     const double confident = g * (1.0 - 1.0 / std::sqrt(served));
     auto r = removed_at_.find(Combination(k));
-    return r != removed_at_.end() && now_ - r->second < o_.readd_cooldown_seconds ? confident / 2 : confident;
+    return r != removed_at_.end() && now_ - r->second < o_.readd_cooldown_seconds ? confident / 2
+                                                                                  : confident;
   }
 
   // Compile what pays, best first. Gains only shrink as the set grows (each
@@ -262,25 +281,41 @@ class CombinationChooser {
       double served = 0;
       const double raw_gain = GainOf(k, &served);
       if (gain < threshold) {
-        declined = ChangeRecord{dims_, ChangeAction::kCompile, 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
-                                served < o_.min_window_weight
-                                    ? Cat("too little traffic for it in the window (", served, " < min_window_weight)")
-                                    : Cat("outside the hysteresis band (gain must reach ", threshold, " s)"),
-                                Combination(k)};
+        declined = ChangeRecord{
+            dims_,
+            ChangeAction::kCompile,
+            0,
+            0,
+            raw_gain,
+            compile_cost_,
+            raw_gain - compile_cost_,
+            served < o_.min_window_weight
+                ? Cat("too little traffic for it in the window (", served, " < min_window_weight)")
+                : Cat("outside the hysteresis band (gain must reach ", threshold, " s)"),
+            Combination(k)};
         break;
       }
       if (static_cast<int>(in_use) >= o_.max_combinations) {
-        declined = ChangeRecord{dims_, ChangeAction::kCompile, 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
-                                "the gear set is at replan.max_combinations", Combination(k)};
+        declined = ChangeRecord{dims_,
+                                ChangeAction::kCompile,
+                                0,
+                                0,
+                                raw_gain,
+                                compile_cost_,
+                                raw_gain - compile_cost_,
+                                "the gear set is at replan.max_combinations",
+                                Combination(k)};
         break;
       }
       in_set_[k] = 1;
       ++in_use;
-      out_->record.changes.push_back({dims_, ChangeAction::kCompile, 0, 0, raw_gain, compile_cost_, raw_gain - compile_cost_,
-                                      "gain clears the hysteresis", Combination(k)});
+      out_->record.changes.push_back({dims_, ChangeAction::kCompile, 0, 0, raw_gain, compile_cost_,
+                                      raw_gain - compile_cost_, "gain clears the hysteresis",
+                                      Combination(k)});
       ForEachServed(k / n1_, k % n1_, [&](size_t i, size_t j) {
         const size_t c = At(i, j);
-        if (weight_[c] > 0) best_cost_[c] = std::min(best_cost_[c], weight_[c] * RunTime(k / n1_, k % n1_));
+        if (weight_[c] > 0)
+          best_cost_[c] = std::min(best_cost_[c], weight_[c] * RunTime(k / n1_, k % n1_));
       });
     }
     if (declined) out_->record.declined.push_back(*declined);
@@ -313,7 +348,8 @@ class CombinationChooser {
 }  // namespace
 
 void DecideCombinations(const GearSet& current, const WindowStats& stats, const MemoryState& memory,
-                        const AdaptiveOptions& adaptive, const ReplanOptions& o, double now, UpdateDecision* out) {
+                        const AdaptiveOptions& adaptive, const ReplanOptions& o, double now,
+                        UpdateDecision* out) {
   CombinationChooser(current, stats, memory, adaptive, o, now, out).Run();
 }
 

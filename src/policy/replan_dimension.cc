@@ -27,9 +27,9 @@ struct Move {
 // The target: the cost model's optimum on the window (exact DP), then on a
 // non-splittable dimension a tail from the planned top to the largest gear
 // with no gap wider than tail_ratio, reusing the current gears there.
-std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int64_t>& current, bool keep_max,
-                                const DimensionCost& cost, double horizon, const AdaptiveOptions& adaptive,
-                                const ReplanOptions& o) {
+std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int64_t>& current,
+                                bool keep_max, const DimensionCost& cost, double horizon,
+                                const AdaptiveOptions& adaptive, const ReplanOptions& o) {
   const GearCostModel& m = cost.model;
   const int64_t max_gear = current.back();
   const int64_t plan_top = keep_max ? std::min(dist.max_size(), max_gear) : dist.max_size();
@@ -48,7 +48,9 @@ std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int6
     while (x * o.tail_ratio < static_cast<double>(max_gear)) {
       const int64_t reach = static_cast<int64_t>(x * o.tail_ratio);
       auto it = std::upper_bound(current.begin(), current.end(), reach);
-      int64_t next = (it != current.begin() && *std::prev(it) > static_cast<int64_t>(x)) ? *std::prev(it) : reach;
+      int64_t next = (it != current.begin() && *std::prev(it) > static_cast<int64_t>(x))
+                         ? *std::prev(it)
+                         : reach;
       target.push_back(next);
       x = static_cast<double>(next);
     }
@@ -56,7 +58,8 @@ std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int6
   }
   std::sort(target.begin(), target.end());
   target.erase(std::unique(target.begin(), target.end()), target.end());
-  while (static_cast<int>(target.size()) > adaptive.max_gears_per_type) target.erase(target.begin());
+  while (static_cast<int>(target.size()) > adaptive.max_gears_per_type)
+    target.erase(target.begin());
   return target;
 }
 
@@ -65,11 +68,24 @@ class DimensionReplanner {
  public:
   DimensionReplanner(const DimensionSpec& spec, const DimensionStats& ds, const Distribution& dist,
                      const DimensionCost& cost, double horizon, std::vector<int64_t> current,
-                     std::vector<int64_t> target, const MemoryState& memory, const AdaptiveOptions& adaptive,
-                     const ReplanOptions& o, double now, int d, UpdateDecision* out)
-      : spec_(spec), dist_(dist), cost_(cost), horizon_(horizon), current_(std::move(current)),
-        target_(std::move(target)), memory_(memory), adaptive_(adaptive), o_(o), now_(now), d_(d), out_(out),
-        keep_max_(!spec.splittable), max_gear_(current_.back()), set_(current_),
+                     std::vector<int64_t> target, const MemoryState& memory,
+                     const AdaptiveOptions& adaptive, const ReplanOptions& o, double now, int d,
+                     UpdateDecision* out)
+      : spec_(spec),
+        dist_(dist),
+        cost_(cost),
+        horizon_(horizon),
+        current_(std::move(current)),
+        target_(std::move(target)),
+        memory_(memory),
+        adaptive_(adaptive),
+        o_(o),
+        now_(now),
+        d_(d),
+        out_(out),
+        keep_max_(!spec.splittable),
+        max_gear_(current_.back()),
+        set_(current_),
         removed_at_(ds.recently_removed.begin(), ds.recently_removed.end()) {
     // Gears this policy added, and when: protected for min_gear_lifetime
     // seconds unless the window brought them no traffic at all (removing an
@@ -92,12 +108,14 @@ class DimensionReplanner {
     const GearCostModel& m = cost_.model;
     double mem = 0;
     for (int64_t g : s) mem += m.GearBytes(g) / kGiB;
-    return m.beta * dist_.Padding(s, spec_.splittable) * horizon_ + m.gamma * mem * cost_.combinations;
+    return m.beta * dist_.Padding(s, spec_.splittable) * horizon_ +
+           m.gamma * mem * cost_.combinations;
   }
 
   bool Young(int64_t g) const {
     auto it = created_.find(g);
-    return !memory_.high && it != created_.end() && now_ - it->second < o_.min_gear_lifetime_seconds;
+    return !memory_.high && it != created_.end() &&
+           now_ - it->second < o_.min_gear_lifetime_seconds;
   }
 
   bool RemovedRecently(int64_t g) const {
@@ -129,19 +147,23 @@ class DimensionReplanner {
       if (RemovedRecently(t)) readd_extra += cost_.compile;
     }
     const double gain = CostOf(set_) - CostOf(whole);
-    const bool fits = static_cast<int>(whole.size()) <= adaptive_.max_gears_per_type &&
-                      (!memory_.high || static_cast<int>(whole.size()) <= static_cast<int>(set_.size())) &&
-                      adds <= o_.max_changes_per_update;
-    if (!(adds > 0 && fits && gain >= o_.min_gain_ratio * (adds * cost_.compile + readd_extra))) return;
+    const bool fits =
+        static_cast<int>(whole.size()) <= adaptive_.max_gears_per_type &&
+        (!memory_.high || static_cast<int>(whole.size()) <= static_cast<int>(set_.size())) &&
+        adds <= o_.max_changes_per_update;
+    if (!(adds > 0 && fits && gain >= o_.min_gain_ratio * (adds * cost_.compile + readd_extra)))
+      return;
     for (int64_t c : set_) {
       if (!std::binary_search(whole.begin(), whole.end(), c)) MarkEvicted(c);
     }
-    out_->record.changes.push_back({spec_.name, ChangeAction::kReplan, static_cast<int64_t>(whole.size()), 0, gain,
+    out_->record.changes.push_back({spec_.name, ChangeAction::kReplan,
+                                    static_cast<int64_t>(whole.size()), 0, gain,
                                     adds * cost_.compile, gain - adds * cost_.compile,
                                     Cat("the planned set pays for its ", adds, " compiles")});
     set_ = whole;
     for (int64_t t : set_) {
-      if (!created_.count(t) && !std::binary_search(current_.begin(), current_.end(), t)) created_[t] = now_;
+      if (!created_.count(t) && !std::binary_search(current_.begin(), current_.end(), t))
+        created_[t] = now_;
     }
     changes_ = adds;
   }
@@ -198,27 +220,36 @@ class DimensionReplanner {
     if (add) after.insert(std::lower_bound(after.begin(), after.end(), add), add);
     double gain = m.beta * horizon_ * (segments(before) - segments(after));
     if (m.gamma > 0) {
-      gain += m.gamma * cost_.combinations * ((remove ? m.GearBytes(remove) : 0) - (add ? m.GearBytes(add) : 0)) /
-              kGiB;
+      gain += m.gamma * cost_.combinations *
+              ((remove ? m.GearBytes(remove) : 0) - (add ? m.GearBytes(add) : 0)) / kGiB;
     }
     return gain;
   }
 
   // A move with its gain, threshold and, if a rule forbids it, why.
   Move Consider(ChangeAction action, int64_t add, int64_t remove, double base) const {
-    Move mv{action, add, remove, GainOf(add, remove, base), add ? cost_.compile : 0.0, ThresholdFor(add), ""};
-    if (remove && Young(remove)) mv.why_not = Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
+    Move mv{action,
+            add,
+            remove,
+            GainOf(add, remove, base),
+            add ? cost_.compile : 0.0,
+            ThresholdFor(add),
+            ""};
+    if (remove && Young(remove))
+      mv.why_not = Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
     if (add && !remove && static_cast<int>(set_.size()) >= adaptive_.max_gears_per_type) {
       mv.why_not = "the dimension is at max_gears_per_type";
     }
-    if (add && !remove && memory_.high && budget_ <= 0) mv.why_not = "memory is high: no net additions";
+    if (add && !remove && memory_.high && budget_ <= 0)
+      mv.why_not = "memory is high: no net additions";
     if (remove && !add && static_cast<int>(set_.size()) <= adaptive_.min_gear_count_per_type) {
       mv.why_not = "the dimension is at min_gear_count_per_type";
     }
     // The largest gear goes only once the planned largest is in place (a
     // splittable dimension would otherwise shrink into many chunks).
     if (remove && remove == set_.back() &&
-        !(std::binary_search(set_.begin(), set_.end(), target_.back()) && remove > target_.back())) {
+        !(std::binary_search(set_.begin(), set_.end(), target_.back()) &&
+          remove > target_.back())) {
       mv.why_not = Cat("gear ", remove, " is the largest until the planned largest is in place");
     }
     return mv;
@@ -272,15 +303,19 @@ class DimensionReplanner {
       // Memory pressure: give back the gear whose removal costs least,
       // within the count floor and the largest-gear rule (why_not).
       for (const Move& mv : moves) {
-        if (mv.action == ChangeAction::kRemove && mv.why_not.empty() && (best == nullptr || mv.gain > best->gain)) best = &mv;
+        if (mv.action == ChangeAction::kRemove && mv.why_not.empty() &&
+            (best == nullptr || mv.gain > best->gain))
+          best = &mv;
       }
     }
     if (best == nullptr && best_declined != nullptr) {
       const Move& mv = *best_declined;
       out_->record.declined.push_back(
-          {spec_.name, mv.action, mv.add ? mv.add : mv.remove, mv.add && mv.remove ? mv.remove : 0, mv.gain,
-           mv.compile, mv.gain - mv.compile,
-           !mv.why_not.empty() ? mv.why_not : Cat("outside the hysteresis band (gain must reach ", mv.threshold, " s)")});
+          {spec_.name, mv.action, mv.add ? mv.add : mv.remove, mv.add && mv.remove ? mv.remove : 0,
+           mv.gain, mv.compile, mv.gain - mv.compile,
+           !mv.why_not.empty()
+               ? mv.why_not
+               : Cat("outside the hysteresis band (gain must reach ", mv.threshold, " s)")});
     }
     return best;
   }
@@ -298,10 +333,12 @@ class DimensionReplanner {
     }
     if (memory_.high && mv.add && !mv.remove) --budget_;
     if (memory_.high && mv.remove && !mv.add) ++budget_;
-    out_->record.changes.push_back({spec_.name, mv.action, mv.add ? mv.add : mv.remove,
-                                    mv.add && mv.remove ? mv.remove : 0, mv.gain, mv.compile, mv.gain - mv.compile,
-                                    memory_.high && mv.action == ChangeAction::kRemove && mv.gain < 0 ? "memory is high"
-                                                                                         : "gain clears the hysteresis"});
+    out_->record.changes.push_back(
+        {spec_.name, mv.action, mv.add ? mv.add : mv.remove, mv.add && mv.remove ? mv.remove : 0,
+         mv.gain, mv.compile, mv.gain - mv.compile,
+         memory_.high && mv.action == ChangeAction::kRemove && mv.gain < 0
+             ? "memory is high"
+             : "gain clears the hysteresis"});
     ++changes_;
   }
 
@@ -342,7 +379,8 @@ class DimensionReplanner {
   const double now_;
   const int d_;
   UpdateDecision* out_;
-  const bool keep_max_;  // a non-splittable dimension keeps its largest gear (requests above it would fail)
+  const bool keep_max_;  // a non-splittable dimension keeps its largest gear (requests above it
+                         // would fail)
   const int64_t max_gear_;
   std::vector<int64_t> set_;
   std::map<int64_t, double> removed_at_;
@@ -353,18 +391,20 @@ class DimensionReplanner {
 
 }  // namespace
 
-void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds, const DimensionCost& cost,
-                     const MemoryState& memory, const AdaptiveOptions& adaptive, const ReplanOptions& o,
-                     double now, UpdateDecision* out) {
+void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
+                     const DimensionCost& cost, const MemoryState& memory,
+                     const AdaptiveOptions& adaptive, const ReplanOptions& o, double now,
+                     UpdateDecision* out) {
   const DimensionSpec& spec = gears.dimension(d);
   std::vector<int64_t> current(gears.gears(d).begin(), gears.gears(d).end());
   out->next_gears[d] = current;
   if (ds == nullptr) return;
   const Distribution dist(ds->sizes, cost.model);
   if (dist.empty() || dist.total_weight() < o.min_window_weight) {
-    out->record.declined.push_back({spec.name, ChangeAction::kNone, 0, 0, 0.0, 0.0, 0.0,
-                                    Cat("too little traffic in the window (", dist.empty() ? 0.0 : dist.total_weight(),
-                                        " < min_window_weight)")});
+    out->record.declined.push_back(
+        {spec.name, ChangeAction::kNone, 0, 0, 0.0, 0.0, 0.0,
+         Cat("too little traffic in the window (", dist.empty() ? 0.0 : dist.total_weight(),
+             " < min_window_weight)")});
     return;
   }
   // The window's decayed weights stand for this many seconds of traffic
@@ -374,8 +414,8 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds, cons
   const bool keep_max = !spec.splittable;
   std::vector<int64_t> target = PlanTarget(dist, current, keep_max, cost, horizon, adaptive, o);
   out->record.targets[d] = target;
-  DimensionReplanner(spec, *ds, dist, cost, horizon, std::move(current), std::move(target), memory, adaptive, o,
-                     now, d, out)
+  DimensionReplanner(spec, *ds, dist, cost, horizon, std::move(current), std::move(target), memory,
+                     adaptive, o, now, d, out)
       .Run();
 }
 

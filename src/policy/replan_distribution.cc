@@ -22,7 +22,8 @@ double Distribution::Padding(const std::vector<int64_t>& gears, bool splittable)
   double padding = 0;
   size_t from = 0;  // first size not yet assigned
   for (int64_t g : gears) {
-    const size_t to = static_cast<size_t>(std::upper_bound(value_.begin(), value_.end(), g) - value_.begin());
+    const size_t to =
+        static_cast<size_t>(std::upper_bound(value_.begin(), value_.end(), g) - value_.begin());
     if (to > from) padding += m_.Run(g) * (weight_[to] - weight_[from]) - (run_[to] - run_[from]);
     from = std::max(from, to);
   }
@@ -32,7 +33,8 @@ double Distribution::Padding(const std::vector<int64_t>& gears, bool splittable)
       const int64_t rest = value_[i] % top;
       const double extra_chunks = static_cast<double>(value_[i] / top - (rest == 0 ? 1 : 0));
       double cost = extra_chunks * m_.seconds_per_run;
-      if (rest > 0) cost += m_.Run(*std::lower_bound(gears.begin(), gears.end(), rest)) - m_.Run(rest);
+      if (rest > 0)
+        cost += m_.Run(*std::lower_bound(gears.begin(), gears.end(), rest)) - m_.Run(rest);
       padding += (weight_[i + 1] - weight_[i]) * cost;
     }
   }
@@ -58,9 +60,11 @@ size_t Distribution::Index(int64_t x) const {
   return static_cast<size_t>(std::upper_bound(value_.begin(), value_.end(), x) - value_.begin());
 }
 
-double HorizonFactor(double observed_seconds, const AdaptiveOptions& adaptive, const ReplanOptions& o) {
+double HorizonFactor(double observed_seconds, const AdaptiveOptions& adaptive,
+                     const ReplanOptions& o) {
   const double lambda = std::log(2.0) / adaptive.half_life_seconds;
-  const double observed = std::max(observed_seconds, adaptive.window_seconds / adaptive.window_slots);
+  const double observed =
+      std::max(observed_seconds, adaptive.window_seconds / adaptive.window_slots);
   const double effective_seconds = (1.0 - std::exp(-lambda * observed)) / lambda;
   return o.payback_seconds / effective_seconds;
 }

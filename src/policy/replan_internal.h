@@ -47,7 +47,8 @@ class Distribution {
 // The horizon factor: window padding times this is padding over the payback
 // horizon (the window's decayed weights stand for only the part of it that
 // has traffic yet).
-double HorizonFactor(double observed_seconds, const AdaptiveOptions& adaptive, const ReplanOptions& o);
+double HorizonFactor(double observed_seconds, const AdaptiveOptions& adaptive,
+                     const ReplanOptions& o);
 
 // What one dimension's gears cost, seen from the others: with several
 // dimensions a graph runs the product of its gears and is compiled per
@@ -70,15 +71,17 @@ const DimensionStats* StatsOf(const GearSet& gears, const WindowStats& stats, in
 // moves toward it one change at a time. Fills out->next_gears[d],
 // out->added[d], out->removed[d] and the record's targets, changes,
 // declined and verdicts.
-void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds, const DimensionCost& cost,
-                     const MemoryState& memory, const AdaptiveOptions& adaptive, const ReplanOptions& o,
-                     double now, UpdateDecision* out);
+void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
+                     const DimensionCost& cost, const MemoryState& memory,
+                     const AdaptiveOptions& adaptive, const ReplanOptions& o, double now,
+                     UpdateDecision* out);
 
 // Joint and sparse gear sets: which cells of the next grid
 // (out->next_gears) are compiled combinations. Fills out->next_combinations
 // and the record's changes and declined.
 void DecideCombinations(const GearSet& current, const WindowStats& stats, const MemoryState& memory,
-                        const AdaptiveOptions& adaptive, const ReplanOptions& o, double now, UpdateDecision* out);
+                        const AdaptiveOptions& adaptive, const ReplanOptions& o, double now,
+                        UpdateDecision* out);
 
 }  // namespace gearbox::internal
 

@@ -13,29 +13,34 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
                                                      {"replan.min_gain_ratio", o.min_gain_ratio},
                                                      {"replan.tail_ratio", o.tail_ratio}};
   for (const auto& [name, v] : positive) {
-    if (!(std::isfinite(v) && v > 0)) return internal::InvalidFieldValue(name, v, "a finite number > 0");
+    if (!(std::isfinite(v) && v > 0))
+      return internal::InvalidFieldValue(name, v, "a finite number > 0");
   }
   if (o.min_gain_ratio < 1) {
     return internal::InvalidFieldValue("replan.min_gain_ratio", o.min_gain_ratio, "a ratio >= 1");
   }
-  if (o.tail_ratio <= 1) return internal::InvalidFieldValue("replan.tail_ratio", o.tail_ratio, "a ratio > 1");
+  if (o.tail_ratio <= 1)
+    return internal::InvalidFieldValue("replan.tail_ratio", o.tail_ratio, "a ratio > 1");
   const std::pair<const char*, double> nonnegative[] = {
       {"replan.gear_holding_seconds", o.gear_holding_seconds},
       {"replan.min_gear_lifetime_seconds", o.min_gear_lifetime_seconds},
       {"replan.readd_cooldown_seconds", o.readd_cooldown_seconds},
       {"replan.min_window_weight", o.min_window_weight}};
   if (!(std::isfinite(o.uncompiled_slowdown) && o.uncompiled_slowdown >= 1)) {
-    return internal::InvalidFieldValue("replan.uncompiled_slowdown", o.uncompiled_slowdown, "a ratio >= 1");
+    return internal::InvalidFieldValue("replan.uncompiled_slowdown", o.uncompiled_slowdown,
+                                       "a ratio >= 1");
   }
   if (o.max_combinations < 1 || o.max_combinations > 4096) {
-    return internal::InvalidFieldValue("replan.max_combinations", o.max_combinations, "an integer in [1, 4096]");
+    return internal::InvalidFieldValue("replan.max_combinations", o.max_combinations,
+                                       "an integer in [1, 4096]");
   }
   if (!(std::isfinite(o.warmup_check_seconds) && o.warmup_check_seconds > 0)) {
     return internal::InvalidFieldValue("replan.warmup_check_seconds", o.warmup_check_seconds,
                                        "a finite number of seconds > 0");
   }
   for (const auto& [name, v] : nonnegative) {
-    if (!(std::isfinite(v) && v >= 0)) return internal::InvalidFieldValue(name, v, "a finite number >= 0");
+    if (!(std::isfinite(v) && v >= 0))
+      return internal::InvalidFieldValue(name, v, "a finite number >= 0");
   }
   if (!(std::isfinite(o.update_interval_seconds) && o.update_interval_seconds >= 0)) {
     return internal::InvalidFieldValue("replan.update_interval_seconds", o.update_interval_seconds,

@@ -4,9 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <vector>
-
 #include <set>
+#include <vector>
 
 #include "gearbox/log.h"
 #include "src/common/mutex.h"

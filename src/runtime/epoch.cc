@@ -59,8 +59,8 @@ ReaderSlot* EpochDomain::AcquireSlot() {
   ReaderSlot* head = head_.load(std::memory_order_relaxed);
   do {
     s->next = head;
-  } while (!head_.compare_exchange_weak(head, s, std::memory_order_release,
-                                        std::memory_order_relaxed));
+  } while (
+      !head_.compare_exchange_weak(head, s, std::memory_order_release, std::memory_order_relaxed));
   return s;
 }
 

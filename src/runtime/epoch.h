@@ -27,10 +27,10 @@
 namespace gearbox::internal {
 
 struct alignas(64) ReaderSlot {
-  std::atomic<uint64_t> epoch{0};     // 0: not pinned; written by its owner thread
-  std::atomic<bool> claimed{false};   // owned by a live thread
-  uint32_t depth = 0;                 // nesting; touched only by the owner thread
-  ReaderSlot* next = nullptr;         // immutable once published in the list
+  std::atomic<uint64_t> epoch{0};    // 0: not pinned; written by its owner thread
+  std::atomic<bool> claimed{false};  // owned by a live thread
+  uint32_t depth = 0;                // nesting; touched only by the owner thread
+  ReaderSlot* next = nullptr;        // immutable once published in the list
 };
 
 class EpochDomain {

@@ -1,13 +1,11 @@
 #include "gearbox/resource_pool.h"
 
+#include <exception>
+#include <map>
 #include <thread>
 #include <unordered_map>
 
-#include <exception>
-#include <map>
-
 #include "src/common/errors.h"
-
 #include "src/common/mutex.h"
 
 namespace gearbox {

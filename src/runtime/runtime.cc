@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iterator>
 #include <cmath>
 #include <exception>
+#include <iterator>
 #include <thread>
 
 #include "gearbox/policy.h"
@@ -26,8 +26,10 @@ void RecordCombinations(const GearSet& before, const GearSet& after, UpdateRecor
   record->combinations_after = a;
   record->combinations_added.clear();
   record->combinations_removed.clear();
-  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(record->combinations_added));
-  std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(record->combinations_removed));
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(),
+                      std::back_inserter(record->combinations_added));
+  std::set_difference(b.begin(), b.end(), a.begin(), a.end(),
+                      std::back_inserter(record->combinations_removed));
 }
 
 }  // namespace
@@ -107,7 +109,8 @@ class AdaptiveGearRuntime::Impl {
   // Recording side: asks the drain thread to fold (lock-free; one futex wake
   // per request at most, none while one is already pending).
   void RequestDrain() noexcept {
-    if (drain_wanted.load(std::memory_order_relaxed) || drain_wanted.exchange(true, std::memory_order_acq_rel)) {
+    if (drain_wanted.load(std::memory_order_relaxed) ||
+        drain_wanted.exchange(true, std::memory_order_acq_rel)) {
       return;
     }
     drain_requests.fetch_add(1, std::memory_order_release);
@@ -168,13 +171,15 @@ absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> AdaptiveGearRuntime::Create
   }
   Clock* clock = options.clock != nullptr ? options.clock : SystemClock::Default();
   if (options.scheme != GearScheme::kIndependent && options.policy == UpdatePolicy::kAdaptive) {
-    return internal::InvalidField("scheme", internal::Cat("\"", GearSchemeName(options.scheme), "\""),
-                                  "joint and sparse gear sets need the replan or static policy (the "
-                                  "adaptive policy plans each dimension alone)");
+    return internal::InvalidField(
+        "scheme", internal::Cat("\"", GearSchemeName(options.scheme), "\""),
+        "joint and sparse gear sets need the replan or static policy (the "
+        "adaptive policy plans each dimension alone)");
   }
   CombinationSpec combinations =
       InitialCombinations(dimensions, {options.scheme, options.combinations, options.cover_ratio});
-  auto initial = GearSet::Create(std::move(dimensions), 1, clock->NowSeconds(), std::move(combinations));
+  auto initial =
+      GearSet::Create(std::move(dimensions), 1, clock->NowSeconds(), std::move(combinations));
   if (!initial.ok()) return initial.status();
   for (int d = 0; d < initial->num_dimensions(); ++d) {
     if (static_cast<int>(initial->gears(d).size()) > options.adaptive.max_gears_per_type) {
@@ -260,8 +265,9 @@ absl::Status AdaptiveGearRuntime::RecordEvent(const GearEvent& event,
   if (!std::isfinite(event.time)) {
     return internal::InvalidFieldValue("time", event.time, "a finite number of seconds");
   }
-  impl_->AppendWithPolicy(
-      [&] { return impl_->events.Append(event.time, event.count, event.raw.data(), event.gear.data()); });
+  impl_->AppendWithPolicy([&] {
+    return impl_->events.Append(event.time, event.count, event.raw.data(), event.gear.data());
+  });
   if (!cleanup_keys.empty()) AttachCleanupKeys(event.gear, cleanup_keys);
   return absl::OkStatus();
 }
@@ -305,7 +311,8 @@ MemoryState AdaptiveGearRuntime::ReadMemory() {
       m.error = std::string(usage.status().message());
     } else if (!std::isfinite(*usage) || *usage < 0.0) {
       // Above 1 is over-committed memory: high pressure, not a probe error.
-      m.error = internal::Cat("probe returned ", *usage, "; expected a fraction >= 0 (above 1: over-committed)");
+      m.error = internal::Cat("probe returned ", *usage,
+                              "; expected a fraction >= 0 (above 1: over-committed)");
     } else {
       m.usage = *usage;
       m.high = *usage >= *m.threshold;
@@ -336,8 +343,9 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
       static_cast<double>(impl_->events.appended()) >= options_.replan.min_window_weight) {
     return UpdateTrigger::kInterval;
   }
-  const double interval = options_.policy == UpdatePolicy::kReplan ? options_.replan.update_interval_seconds
-                                                                   : options_.adaptive.update_interval_seconds;
+  const double interval = options_.policy == UpdatePolicy::kReplan
+                              ? options_.replan.update_interval_seconds
+                              : options_.adaptive.update_interval_seconds;
   if (now - last >= interval) return UpdateTrigger::kInterval;
   if (ReadMemory().high) return UpdateTrigger::kMemory;
   return std::nullopt;
@@ -347,7 +355,8 @@ double AdaptiveGearRuntime::CheckIntervalSeconds() const {
   if (options_.policy == UpdatePolicy::kReplan) {
     MutexLock lock(&impl_->commit_mu);
     if (impl_->sequence == 0) {
-      return std::min(options_.replan.warmup_check_seconds, options_.adaptive.check_interval_seconds);
+      return std::min(options_.replan.warmup_check_seconds,
+                      options_.adaptive.check_interval_seconds);
     }
   }
   return options_.adaptive.check_interval_seconds;
@@ -357,7 +366,8 @@ WindowStats AdaptiveGearRuntime::BuildStatsSnapshot(double now) {
   SnapshotRef current = GetSnapshot();
   MutexLock lock(&impl_->stats_mu);
   impl_->FoldAllLocked();
-  return impl_->window.Summarize(now, *current, /*with_sizes=*/options_.policy == UpdatePolicy::kReplan);
+  return impl_->window.Summarize(now, *current,
+                                 /*with_sizes=*/options_.policy == UpdatePolicy::kReplan);
 }
 
 absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrigger trigger) {
@@ -379,7 +389,9 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     const MemoryState memory = ReadMemory();
     UpdateDecision decision;
     switch (options_.policy) {
-      case UpdatePolicy::kStatic: decision = DecideStatic(*current, memory, now); break;
+      case UpdatePolicy::kStatic:
+        decision = DecideStatic(*current, memory, now);
+        break;
       case UpdatePolicy::kAdaptive:
         decision = DecideUpdate(*current, stats, memory, options_.adaptive, now);
         break;
@@ -413,7 +425,8 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
       for (const auto& [d, gear] : decision.protect) impl_->window.ExtendProtection(d, gear, now);
     }
     RecordCombinations(*current, next.has_value() ? *next : *current, &record);
-    if (!record.combinations_added.empty() || !record.combinations_removed.empty()) record.changed = true;
+    if (!record.combinations_added.empty() || !record.combinations_removed.empty())
+      record.changed = true;
     if (next.has_value()) impl_->snapshots.Publish(*std::move(next));
     record.cleanup_keys = released.size();
     impl_->sequence = record.sequence;
@@ -473,7 +486,8 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::CommitUpdate(
       record.gears_after.emplace_back(next->gears(d).begin(), next->gears(d).end());
     }
     RecordCombinations(*current, *next, &record);
-    if (!record.combinations_added.empty() || !record.combinations_removed.empty()) record.changed = true;
+    if (!record.combinations_added.empty() || !record.combinations_removed.empty())
+      record.changed = true;
     if (!record.changed) {
       record.version_after = current->version();
     } else {
@@ -481,9 +495,9 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::CommitUpdate(
       {
         MutexLock lock(&impl_->stats_mu);
         impl_->FoldAllLocked();
-        released = impl_->window.ApplyCommit(record.removed, record.added, now,
-                                             next->scheme() != GearScheme::kIndependent ? &next->combinations()
-                                                                                        : nullptr);
+        released = impl_->window.ApplyCommit(
+            record.removed, record.added, now,
+            next->scheme() != GearScheme::kIndependent ? &next->combinations() : nullptr);
       }
       impl_->snapshots.Publish(*std::move(next));
     }

@@ -2,8 +2,7 @@
 
 namespace gearbox::internal {
 
-SnapshotStore::SnapshotStore(GearSet initial)
-    : current_(new GearSet(std::move(initial))) {}
+SnapshotStore::SnapshotStore(GearSet initial) : current_(new GearSet(std::move(initial))) {}
 
 SnapshotStore::~SnapshotStore() {
   delete current_.load(std::memory_order_acquire);

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "gearbox/gear_set.h"
-#include "src/common/mutex.h"
 #include "gearbox/snapshot.h"
+#include "src/common/mutex.h"
 #include "src/runtime/epoch.h"
 
 namespace gearbox::internal {

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "gearbox/runtime.h"
-#include "src/common/mutex.h"
 #include "src/common/errors.h"
+#include "src/common/mutex.h"
 
 namespace gearbox {
 
@@ -79,7 +79,7 @@ void GearUpdateWorker::CheckOnce(double now) {
   }
   if (failed) {
     runtime_->Log(LogLevel::kWarning, internal::Cat("adaptive gear update at t=", now,
-                                                   " failed and was skipped: ", error));
+                                                    " failed and was skipped: ", error));
   }
   // Releases that failed earlier get another attempt on every check.
   runtime_->pool().RetryFailedReleases();

@@ -39,8 +39,13 @@ struct RequestTensors {
       int64_t n = 1;
       for (int64_t s : shapes[i]) n *= s;
       if (static_cast<int64_t>(storage[i].size()) < n) storage[i].resize(static_cast<size_t>(n));
-      tensors[i] = DLTensor{storage[i].data(), {kDLCPU, 0}, static_cast<int>(shapes[i].size()),
-                            specs[i].dtype, shapes[i].data(), nullptr, 0};
+      tensors[i] = DLTensor{storage[i].data(),
+                            {kDLCPU, 0},
+                            static_cast<int>(shapes[i].size()),
+                            specs[i].dtype,
+                            shapes[i].data(),
+                            nullptr,
+                            0};
     }
   }
 };
@@ -71,11 +76,12 @@ absl::Status CheckExecutedTensorSizes(const RuntimeConfig& config, const Trace& 
     for (int64_t s : shape) elements *= static_cast<double>(s);
     if (elements > static_cast<double>(kMaxExecutedTensorElements)) {
       std::string sizes;
-      for (size_t d = 0; d < n; ++d) sizes += Cat(d ? ", " : "", config.dims[d].name, " ", largest[d]);
-      return absl::InvalidArgumentError(
-          Cat("--execute: tensor ", spec.name, " at the largest sizes (", sizes, ") has ", elements,
-              " elements; at most ", kMaxExecutedTensorElements,
-              " per tensor (divide the sizes with --size-scale, or limit rows with --max-requests)"));
+      for (size_t d = 0; d < n; ++d)
+        sizes += Cat(d ? ", " : "", config.dims[d].name, " ", largest[d]);
+      return absl::InvalidArgumentError(Cat(
+          "--execute: tensor ", spec.name, " at the largest sizes (", sizes, ") has ", elements,
+          " elements; at most ", kMaxExecutedTensorElements,
+          " per tensor (divide the sizes with --size-scale, or limit rows with --max-requests)"));
     }
   }
   return absl::OkStatus();
@@ -115,7 +121,8 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   auto backend_or = make_backend();
   if (!backend_or.ok()) return backend_or.status();
   std::unique_ptr<Backend> backend = *std::move(backend_or);
-  if (auto s = CheckExecutedTensorSizes(config, trace, backend->signature(), options.max_requests); !s.ok()) {
+  if (auto s = CheckExecutedTensorSizes(config, trace, backend->signature(), options.max_requests);
+      !s.ok()) {
     return s;
   }
 
@@ -139,7 +146,8 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   if (!executor_or.ok()) return executor_or.status();
   GearedExecutor& executor = **executor_or;
 
-  const size_t rows = options.max_requests > 0 ? std::min(options.max_requests, trace.rows()) : trace.rows();
+  const size_t rows =
+      options.max_requests > 0 ? std::min(options.max_requests, trace.rows()) : trace.rows();
   internal::ReplaySchedule schedule(options, t0, trace.time[rows - 1], &runtime, &clock);
   const size_t step = std::max<size_t>(1, rows / 100);
   std::mt19937 rng(static_cast<uint32_t>(options.seed));
@@ -172,20 +180,23 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
     const auto start = std::chrono::steady_clock::now();
     const absl::Status s = executor.Run(in.tensors, out.tensors);
     latency_ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
     if (!s.ok() && result.failed_requests++ == 0) {
       result.first_failure = Cat("row ", i + 1, ": ", internal::Message(s));
     }
     result.peak_gear_bytes = std::max(result.peak_gear_bytes, pool.bytes());
   }
   if (options.progress) options.progress(rows, rows);
-  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   if (auto s = schedule.RunRest(); !s.ok()) return s;  // serves no request: not in wall_seconds
   result.requests = rows;
   result.requests_per_second = static_cast<double>(rows) / std::max(result.wall_seconds, 1e-9);
   std::sort(latency_ms.begin(), latency_ms.end());
   auto pct = [&](double p) {
-    return latency_ms[std::min(latency_ms.size() - 1, static_cast<size_t>(p * static_cast<double>(latency_ms.size())))];
+    return latency_ms[std::min(latency_ms.size() - 1,
+                               static_cast<size_t>(p * static_cast<double>(latency_ms.size())))];
   };
   result.latency_p50_ms = pct(0.50);
   result.latency_p99_ms = pct(0.99);
@@ -199,7 +210,8 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   result.compile_seconds = es.compile_seconds;
   result.padding_waste = raw > 0 ? padded / raw - 1.0 : 0.0;
   SnapshotRef last = runtime.GetSnapshot();
-  for (int d = 0; d < n; ++d) result.final_gears.emplace_back(last->gears(d).begin(), last->gears(d).end());
+  for (int d = 0; d < n; ++d)
+    result.final_gears.emplace_back(last->gears(d).begin(), last->gears(d).end());
   return result;
 }
 

@@ -20,9 +20,7 @@ using internal::Cat;
 struct Combo {
   int n = 0;
   int64_t gear[kMaxDimensions] = {};
-  bool operator==(const Combo& o) const {
-    return n == o.n && std::equal(gear, gear + n, o.gear);
-  }
+  bool operator==(const Combo& o) const { return n == o.n && std::equal(gear, gear + n, o.gear); }
 };
 struct ComboHash {
   size_t operator()(const Combo& c) const {
@@ -127,7 +125,8 @@ class ChurnTracker {
 
 }  // namespace
 
-absl::Status CheckReplayRun(const RuntimeConfig& config, const Trace& trace, const ReplayRunOptions& run) {
+absl::Status CheckReplayRun(const RuntimeConfig& config, const Trace& trace,
+                            const ReplayRunOptions& run) {
   if (auto s = internal::CheckReplayInputs(config, trace, run); !s.ok()) return s;
   ManualClock clock(trace.time.front());
   GraphResourcePool pool;
@@ -143,7 +142,8 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   const int n = static_cast<int>(config.dims.size());
   if (auto s = internal::CheckReplayInputs(config, trace, options); !s.ok()) return s;
   if (!(options.churn_window_seconds > 0)) {
-    return internal::InvalidFieldValue("churn_window_seconds", options.churn_window_seconds, "seconds > 0");
+    return internal::InvalidFieldValue("churn_window_seconds", options.churn_window_seconds,
+                                       "seconds > 0");
   }
   const double span = trace.time.back() - trace.time.front();
   if (!(options.timeline_bucket_seconds > 0) ||
@@ -274,8 +274,8 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
         const VariantGroup& vg = variant_groups[static_cast<size_t>(g)];
         gear_sum += static_cast<double>(vg.count) * static_cast<double>(vg.gear[d]);
       }
-      result.dimension_padded[d] +=
-          static_cast<double>(dp.num_chunks()) * gear_sum / static_cast<double>(plan.num_variants());
+      result.dimension_padded[d] += static_cast<double>(dp.num_chunks()) * gear_sum /
+                                    static_cast<double>(plan.num_variants());
       result.dimension_raw[d] += static_cast<double>(dp.raw);
     }
     const double raw = plan.raw_volume();  // padded: summed above (Plan::padded_volume)
@@ -286,7 +286,8 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
       const size_t from = result.waste_timeline.size();
       result.waste_timeline.resize(bucket + 1);
       for (size_t b = from; b <= bucket; ++b) {
-        result.waste_timeline[b].start = t0 + static_cast<double>(b) * options.timeline_bucket_seconds;
+        result.waste_timeline[b].start =
+            t0 + static_cast<double>(b) * options.timeline_bucket_seconds;
       }
     }
     WasteBucket& wb = result.waste_timeline[bucket];
@@ -306,11 +307,13 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     result.avg_gears.push_back(gear_counts[d].Mean(static_cast<double>(current_counts[d])));
     result.final_gears.emplace_back(last->gears(d).begin(), last->gears(d).end());
   }
-  result.compiles_per_hour = static_cast<double>(result.compiles) / std::max(1.0, result.trace_seconds / 3600.0);
+  result.compiles_per_hour =
+      static_cast<double>(result.compiles) / std::max(1.0, result.trace_seconds / 3600.0);
   result.short_lived_gears = churn.short_lived();
   result.max_gear_cycles_per_hour = churn.MaxCyclesPerWindow();
   result.avg_graphs = graph_count.Mean(static_cast<double>(graphs.alive.size()));
-  result.padding_waste = result.raw_volume > 0 ? result.padded_volume / result.raw_volume - 1.0 : 0.0;
+  result.padding_waste =
+      result.raw_volume > 0 ? result.padded_volume / result.raw_volume - 1.0 : 0.0;
   last.Reset();
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -9,7 +9,6 @@
 
 namespace gearbox::internal {
 
-
 absl::Status CheckReplayInputs(const RuntimeConfig& config, const Trace& trace,
                                const ReplayRunOptions& options) {
   const size_t n = config.dims.size();
@@ -33,10 +32,12 @@ absl::Status CheckReplayInputs(const RuntimeConfig& config, const Trace& trace,
 absl::Status CheckReplayUpdateCount(const RuntimeConfig& config, const Trace& trace,
                                     const ReplayRunOptions& options) {
   if (options.update_at.size() > options.max_updates) {
-    return InvalidField("--update-at", Cat(options.update_at.size(), " times"),
-                        Cat("at most ", options.max_updates, " updates per replay (--max-updates)"));
+    return InvalidField(
+        "--update-at", Cat(options.update_at.size(), " times"),
+        Cat("at most ", options.max_updates, " updates per replay (--max-updates)"));
   }
-  if (options.policy == UpdatePolicy::kStatic || !options.update_at.empty()) return absl::OkStatus();
+  if (options.policy == UpdatePolicy::kStatic || !options.update_at.empty())
+    return absl::OkStatus();
   // The worker's schedule: one check per interval over the trace's span; the
   // shortest interval the runtime may use bounds their number.
   double interval = config.adaptive.check_interval_seconds;
@@ -50,10 +51,10 @@ absl::Status CheckReplayUpdateCount(const RuntimeConfig& config, const Trace& tr
   const double scale = std::max(std::fabs(trace.time.front()), std::fabs(trace.time.back()));
   if (!(interval > 0) || !(checks <= static_cast<double>(options.max_updates)) ||
       !(scale + interval > scale)) {
-    return absl::InvalidArgumentError(
-        Cat("the trace spans ", span, " s: with ", field, " = ", interval, " that is ", checks,
-            " update checks; at most ", options.max_updates,
-            " per replay (raise the interval or --max-updates, or check the t column is in seconds)"));
+    return absl::InvalidArgumentError(Cat(
+        "the trace spans ", span, " s: with ", field, " = ", interval, " that is ", checks,
+        " update checks; at most ", options.max_updates,
+        " per replay (raise the interval or --max-updates, or check the t column is in seconds)"));
   }
   return absl::OkStatus();
 }

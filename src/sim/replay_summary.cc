@@ -41,7 +41,8 @@ class OptimumCache {
   std::map<int, GearPlan> whole_, split_;
 };
 
-Json OptimumJson(const std::vector<std::string>& dimensions, const std::vector<DimensionOptimum>& optimum) {
+Json OptimumJson(const std::vector<std::string>& dimensions,
+                 const std::vector<DimensionOptimum>& optimum) {
   Json o = Json::object();
   for (size_t d = 0; d < dimensions.size(); ++d) {
     const DimensionOptimum& one = optimum[d];
@@ -103,13 +104,14 @@ std::string ReplaySummaryJson(const ReplaySummary& summary, int indent) {
     const ReplayResult& r = summary.results[i];
     Json j = Json::parse(ReplayResultJson(r));
     if (summary.max_reject_ratio.has_value()) {
-      const double ratio =
-          static_cast<double>(r.rejected_requests) / static_cast<double>(std::max<uint64_t>(1, r.requests));
+      const double ratio = static_cast<double>(r.rejected_requests) /
+                           static_cast<double>(std::max<uint64_t>(1, r.requests));
       j["rejected_ratio"] = ratio;
       j["max_reject_ratio"] = *summary.max_reject_ratio;
       j["rejected_ratio_exceeded"] = ratio > *summary.max_reject_ratio;
     }
-    if (i < summary.optimum.size()) j["offline_optimum"] = OptimumJson(r.dimensions, summary.optimum[i]);
+    if (i < summary.optimum.size())
+      j["offline_optimum"] = OptimumJson(r.dimensions, summary.optimum[i]);
     if (i < summary.executed.size()) {
       j["executed"] = Json::parse(ExecutedReplayResultJson(summary.executed[i]));
       j["executed"]["backend"] = summary.backend;
@@ -121,7 +123,8 @@ std::string ReplaySummaryJson(const ReplaySummary& summary, int indent) {
   Json out;
   out["trace"] = summary.trace;
   out["policies"] = Json::object();
-  for (size_t i = 0; i < each.size(); ++i) out["policies"][summary.results[i].policy] = std::move(each[i]);
+  for (size_t i = 0; i < each.size(); ++i)
+    out["policies"][summary.results[i].policy] = std::move(each[i]);
   return out.dump(indent);
 }
 

@@ -17,21 +17,25 @@ using internal::Cat;
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
 absl::Status FieldError(const std::string& source, size_t line, std::string_view column,
                         std::string_view value, std::string_view allowed) {
-  return absl::InvalidArgumentError(Cat(source, " line ", line, ", column ", PrintableText(column), ": \"",
-                                        PrintableText(value), "\" is not allowed; ", allowed));
+  return absl::InvalidArgumentError(Cat(source, " line ", line, ", column ", PrintableText(column),
+                                        ": \"", PrintableText(value), "\" is not allowed; ",
+                                        allowed));
 }
 
-absl::Status SplitOrError(std::string_view line, std::string* scratch, std::vector<std::string_view>* fields,
-                          const std::string& source, size_t line_no) {
+absl::Status SplitOrError(std::string_view line, std::string* scratch,
+                          std::vector<std::string_view>* fields, const std::string& source,
+                          size_t line_no) {
   if (SplitCsvLine(line, scratch, fields)) return absl::OkStatus();
-  return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": \"", PrintableText(line),
-                                        "\" has an unterminated quote or text after a closing quote"));
+  return absl::InvalidArgumentError(
+      Cat(source, " line ", line_no, ": \"", PrintableText(line),
+          "\" has an unterminated quote or text after a closing quote"));
 }
 
 absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wanted,
@@ -52,29 +56,29 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
   std::string scratch;
   std::string header(StripUtf8Bom(line));
   std::string header_scratch;
-  if (auto st = SplitOrError(header, &header_scratch, &fields, source, line_no); !st.ok()) return st;
+  if (auto st = SplitOrError(header, &header_scratch, &fields, source, line_no); !st.ok())
+    return st;
   int time_col = -1;
   int mem_col = -1;
   std::map<std::string, int> dim_cols;
   for (size_t c = 0; c < fields.size(); ++c) {
     const std::string name(Trim(fields[c]));
     if (name.empty()) {
-      return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": column ", c + 1,
-                                            " has an empty name"));
+      return absl::InvalidArgumentError(
+          Cat(source, " line ", line_no, ": column ", c + 1, " has an empty name"));
     }
     const bool seen = (name == "t" && time_col >= 0) || (name == "mem_usage" && mem_col >= 0) ||
                       dim_cols.count(name);
     if (seen) {
-      return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": column \"", PrintableText(name),
-                                            "\" appears twice"));
+      return absl::InvalidArgumentError(
+          Cat(source, " line ", line_no, ": column \"", PrintableText(name), "\" appears twice"));
     }
     if (name == "t") {
       time_col = static_cast<int>(c);
     } else if (name == "mem_usage") {
       mem_col = static_cast<int>(c);
     } else {
-      if (wanted != nullptr &&
-          std::find(wanted->begin(), wanted->end(), name) == wanted->end()) {
+      if (wanted != nullptr && std::find(wanted->begin(), wanted->end(), name) == wanted->end()) {
         std::string allowed = "t";
         for (const auto& w : *wanted) allowed += ", " + w;
         allowed += ", mem_usage";
@@ -91,8 +95,8 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
   if (wanted != nullptr) {
     for (const auto& w : *wanted) {
       if (!dim_cols.count(w)) {
-        return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": missing column \"",
-                                              w, "\" (a dimension of the config)"));
+        return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": missing column \"", w,
+                                              "\" (a dimension of the config)"));
       }
     }
     trace.dimensions = *wanted;
@@ -103,8 +107,8 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
     std::sort(by_col.begin(), by_col.end());
     for (const auto& [col, name] : by_col) trace.dimensions.push_back(name);
     if (trace.dimensions.empty()) {
-      return absl::InvalidArgumentError(Cat(source, " line ", line_no,
-                                            ": no dimension column besides t and mem_usage"));
+      return absl::InvalidArgumentError(
+          Cat(source, " line ", line_no, ": no dimension column besides t and mem_usage"));
     }
   }
   std::vector<int> cols;
@@ -123,9 +127,11 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
     const std::string_view t_text = Trim(fields[static_cast<size_t>(time_col)]);
     double t = 0;
     auto [tp, te] = std::from_chars(t_text.data(), t_text.data() + t_text.size(), t);
-    if (te != std::errc() || tp != t_text.data() + t_text.size() || !(std::fabs(t) <= kMaxTraceSeconds)) {
-      return FieldError(source, line_no, "t", t_text,
-                        "a number of seconds in [-1e11, 1e11] (convert ms, us or ns timestamps to seconds)");
+    if (te != std::errc() || tp != t_text.data() + t_text.size() ||
+        !(std::fabs(t) <= kMaxTraceSeconds)) {
+      return FieldError(
+          source, line_no, "t", t_text,
+          "a number of seconds in [-1e11, 1e11] (convert ms, us or ns timestamps to seconds)");
     }
     if (t < previous) {
       return FieldError(source, line_no, "t", t_text,
@@ -138,7 +144,8 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
       auto [p, e] = std::from_chars(v.data(), v.data() + v.size(), size);
       if (e != std::errc() || p != v.data() + v.size() || size < 1) {
         return FieldError(source, line_no, trace.dimensions[d], v,
-                          e == std::errc::result_out_of_range ? "an integer in [1, 2^63 - 1]" : "an integer >= 1");
+                          e == std::errc::result_out_of_range ? "an integer in [1, 2^63 - 1]"
+                                                              : "an integer >= 1");
       }
       trace.sizes.push_back(size);
     }
@@ -159,13 +166,15 @@ absl::StatusOr<Trace> Read(std::istream& in, const std::vector<std::string>* wan
 
 }  // namespace
 
-bool SplitCsvLine(std::string_view line, std::string* scratch, std::vector<std::string_view>* fields) {
+bool SplitCsvLine(std::string_view line, std::string* scratch,
+                  std::vector<std::string_view>* fields) {
   fields->clear();
   if (line.find('"') == std::string_view::npos) {
     size_t start = 0;
     while (true) {
       const size_t comma = line.find(',', start);
-      fields->push_back(Trim(line.substr(start, comma == std::string_view::npos ? line.npos : comma - start)));
+      fields->push_back(
+          Trim(line.substr(start, comma == std::string_view::npos ? line.npos : comma - start)));
       if (comma == std::string_view::npos) return true;
       start = comma + 1;
     }
@@ -208,7 +217,8 @@ bool SplitCsvLine(std::string_view line, std::string* scratch, std::vector<std::
     if (i >= line.size()) break;
     ++i;  // the comma
   }
-  for (const auto& [offset, length] : spans) fields->push_back(std::string_view(*scratch).substr(offset, length));
+  for (const auto& [offset, length] : spans)
+    fields->push_back(std::string_view(*scratch).substr(offset, length));
   return true;
 }
 
@@ -250,7 +260,8 @@ absl::StatusOr<Trace> LoadTraceFile(const std::string& path,
   // A device or pipe (/dev/zero) could be endless: only regular files.
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
-    return absl::InvalidArgumentError(Cat(path, ": not a regular file (a directory, device or pipe); name a trace file"));
+    return absl::InvalidArgumentError(
+        Cat(path, ": not a regular file (a directory, device or pipe); name a trace file"));
   }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(Cat(path, ": cannot open the trace file"));
@@ -265,8 +276,10 @@ void WriteTraceCsv(const Trace& trace, std::ostream& out) {
   const size_t n = trace.dimensions.size();
   for (size_t i = 0; i < trace.rows(); ++i) {
     fmt::format_to(std::back_inserter(buffer), "{:.6f}", trace.time[i]);
-    for (size_t d = 0; d < n; ++d) fmt::format_to(std::back_inserter(buffer), ",{}", trace.sizes[i * n + d]);
-    if (!trace.mem_usage.empty()) fmt::format_to(std::back_inserter(buffer), ",{}", trace.mem_usage[i]);
+    for (size_t d = 0; d < n; ++d)
+      fmt::format_to(std::back_inserter(buffer), ",{}", trace.sizes[i * n + d]);
+    if (!trace.mem_usage.empty())
+      fmt::format_to(std::back_inserter(buffer), ",{}", trace.mem_usage[i]);
     buffer += '\n';
     if (buffer.size() > (1 << 20)) {
       out << buffer;

@@ -15,7 +15,8 @@ using internal::Cat;
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -32,8 +33,9 @@ std::vector<std::string> Split(std::string_view line) {
 
 absl::Status RowError(const std::string& source, size_t line, std::string_view column,
                       std::string_view value, std::string_view allowed) {
-  return absl::InvalidArgumentError(Cat(source, " line ", line, ", column ", PrintableText(column), ": \"",
-                                        PrintableText(value), "\" is not allowed; ", allowed));
+  return absl::InvalidArgumentError(Cat(source, " line ", line, ", column ", PrintableText(column),
+                                        ": \"", PrintableText(value), "\" is not allowed; ",
+                                        allowed));
 }
 
 bool ParseInt(std::string_view s, int64_t* out) {
@@ -127,8 +129,8 @@ absl::StatusOr<std::vector<RequestRecord>> ReadAzureTrace(std::istream& in,
     if (Trim(line).empty()) continue;
     const auto f = Split(line);
     if (f.size() != header.size()) {
-      return absl::InvalidArgumentError(
-          Cat(source, " line ", line_no, ": ", f.size(), " fields, the header has ", header.size()));
+      return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": ", f.size(),
+                                            " fields, the header has ", header.size()));
     }
     RequestRecord r;
     if (!ParseTimestamp(f[static_cast<size_t>(tc)], &r.arrival)) {
@@ -178,7 +180,8 @@ absl::StatusOr<std::vector<RequestRecord>> ReadMooncakeTrace(std::istream& in,
       try {
         j = nlohmann::json::parse(text);
       } catch (const nlohmann::json::exception& e) {
-        return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": not valid JSON (", e.what(), ")"));
+        return absl::InvalidArgumentError(
+            Cat(source, " line ", line_no, ": not valid JSON (", e.what(), ")"));
       }
       for (const char* key : {"timestamp", "input_length", "output_length"}) {
         if (!j.contains(key) || !j[key].is_number()) {
@@ -189,9 +192,11 @@ absl::StatusOr<std::vector<RequestRecord>> ReadMooncakeTrace(std::istream& in,
       ms = j["timestamp"].get<double>();
       const double in_len = j["input_length"].get<double>();
       const double out_len = j["output_length"].get<double>();
-      for (auto [key, v] : {std::pair<const char*, double>{"input_length", in_len}, {"output_length", out_len}}) {
+      for (auto [key, v] :
+           {std::pair<const char*, double>{"input_length", in_len}, {"output_length", out_len}}) {
         if (v != std::floor(v) || !(std::fabs(v) < 4e18)) {
-          return RowError(source, line_no, key, j[key].dump(), "a whole number of tokens below 4e18");
+          return RowError(source, line_no, key, j[key].dump(),
+                          "a whole number of tokens below 4e18");
         }
       }
       r.prompt_tokens = static_cast<int64_t>(in_len);
@@ -226,7 +231,8 @@ absl::StatusOr<std::vector<RequestRecord>> ReadMooncakeTrace(std::istream& in,
         return RowError(source, line_no, "output_length", f[static_cast<size_t>(oc)], "an integer");
       }
     }
-    if (!std::isfinite(ms)) return RowError(source, line_no, "timestamp", "non-finite", "milliseconds");
+    if (!std::isfinite(ms))
+      return RowError(source, line_no, "timestamp", "non-finite", "milliseconds");
     r.arrival = ms / 1000.0;
     if (r.arrival < previous) {
       return RowError(source, line_no, "timestamp", std::to_string(ms), "rows sorted by time");
@@ -256,13 +262,16 @@ absl::StatusOr<std::vector<RequestRecord>> ReadLengthList(std::istream& in,
   ++line_no;
   const std::string header_line = line;
   const auto header = Split(header_line);
-  const int pc = FindColumn(header, {"num_prefill_tokens", "prompt_tokens", "input_length", "ContextTokens"});
-  const int oc = FindColumn(header, {"num_decode_tokens", "output_tokens", "output_length", "GeneratedTokens"});
+  const int pc =
+      FindColumn(header, {"num_prefill_tokens", "prompt_tokens", "input_length", "ContextTokens"});
+  const int oc = FindColumn(
+      header, {"num_decode_tokens", "output_tokens", "output_length", "GeneratedTokens"});
   if (pc < 0 || oc < 0) {
-    return absl::InvalidArgumentError(Cat(
-        source, " line 1: expected a prompt-length column (num_prefill_tokens, prompt_tokens, "
-                "input_length or ContextTokens) and an output-length column (num_decode_tokens, "
-                "output_tokens, output_length or GeneratedTokens)"));
+    return absl::InvalidArgumentError(
+        Cat(source,
+            " line 1: expected a prompt-length column (num_prefill_tokens, prompt_tokens, "
+            "input_length or ContextTokens) and an output-length column (num_decode_tokens, "
+            "output_tokens, output_length or GeneratedTokens)"));
   }
   std::mt19937_64 rng(seed);
   std::exponential_distribution<double> gap(rate);
@@ -273,15 +282,17 @@ absl::StatusOr<std::vector<RequestRecord>> ReadLengthList(std::istream& in,
     if (Trim(line).empty()) continue;
     const auto f = Split(line);
     if (f.size() != header.size()) {
-      return absl::InvalidArgumentError(
-          Cat(source, " line ", line_no, ": ", f.size(), " fields, the header has ", header.size()));
+      return absl::InvalidArgumentError(Cat(source, " line ", line_no, ": ", f.size(),
+                                            " fields, the header has ", header.size()));
     }
     RequestRecord r;
     if (!ParseInt(f[static_cast<size_t>(pc)], &r.prompt_tokens)) {
-      return RowError(source, line_no, header[static_cast<size_t>(pc)], f[static_cast<size_t>(pc)], "an integer");
+      return RowError(source, line_no, header[static_cast<size_t>(pc)], f[static_cast<size_t>(pc)],
+                      "an integer");
     }
     if (!ParseInt(f[static_cast<size_t>(oc)], &r.output_tokens)) {
-      return RowError(source, line_no, header[static_cast<size_t>(oc)], f[static_cast<size_t>(oc)], "an integer");
+      return RowError(source, line_no, header[static_cast<size_t>(oc)], f[static_cast<size_t>(oc)],
+                      "an integer");
     }
     if (auto s = CheckSizes(source, line_no, r.prompt_tokens, r.output_tokens,
                             header[static_cast<size_t>(pc)], header[static_cast<size_t>(oc)]);
@@ -316,9 +327,9 @@ absl::StatusOr<Trace> DecodeView(const std::vector<RequestRecord>& requests,
   const double span = requests.empty() ? 0.0 : requests.back().arrival - requests.front().arrival;
   constexpr double kMaxSteps = 1e15;
   if (!(span / sim.step_seconds <= kMaxSteps)) {
-    return internal::InvalidFieldValue(
-        "--step-ms", sim.step_seconds * 1000,
-        Cat("at most 1e15 steps over the arrivals' ", span, " s (at least ", span / kMaxSteps * 1000, " ms)"));
+    return internal::InvalidFieldValue("--step-ms", sim.step_seconds * 1000,
+                                       Cat("at most 1e15 steps over the arrivals' ", span,
+                                           " s (at least ", span / kMaxSteps * 1000, " ms)"));
   }
   if (sim.max_running < 1) {
     return internal::InvalidFieldValue("--max-running", sim.max_running, "an integer >= 1");
@@ -344,12 +355,15 @@ absl::StatusOr<Trace> DecodeView(const std::vector<RequestRecord>& requests,
   const double t0 = requests.empty() ? 0.0 : requests.front().arrival;
   while (next < requests.size() || !waiting.empty() || !running.empty()) {
     double now = t0 + static_cast<double>(step) * sim.step_seconds;
-    if (running.empty() && waiting.empty() && next < requests.size() && requests[next].arrival > now) {
+    if (running.empty() && waiting.empty() && next < requests.size() &&
+        requests[next].arrival > now) {
       // Idle: jump to the step at or after the next arrival.
-      step = static_cast<int64_t>(std::ceil((requests[next].arrival - t0) / sim.step_seconds - 1e-9));
+      step =
+          static_cast<int64_t>(std::ceil((requests[next].arrival - t0) / sim.step_seconds - 1e-9));
       now = t0 + static_cast<double>(step) * sim.step_seconds;
     }
-    while (next < requests.size() && requests[next].arrival <= now + 1e-12) waiting.push_back(next++);
+    while (next < requests.size() && requests[next].arrival <= now + 1e-12)
+      waiting.push_back(next++);
     while (!waiting.empty() && static_cast<int64_t>(running.size()) < sim.max_running) {
       const RequestRecord& r = requests[waiting.front()];
       waiting.pop_front();
@@ -371,7 +385,8 @@ absl::StatusOr<Trace> DecodeView(const std::vector<RequestRecord>& requests,
     }
     ++step;
   }
-  if (trace.time.empty()) return absl::InvalidArgumentError("decode view: no decode steps (all outputs empty)");
+  if (trace.time.empty())
+    return absl::InvalidArgumentError("decode view: no decode steps (all outputs empty)");
   return trace;
 }
 

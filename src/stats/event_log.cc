@@ -110,9 +110,8 @@ EventLog::AppendResult EventLog::Append(double time, int64_t count, const int64_
   return Publish(ring);
 }
 
-EventLog::AppendResult EventLog::AppendSplitPlanGroup(Ring* ring, const Plan& plan,
-                                                                        int group_index,
-                                                                        double time) noexcept {
+EventLog::AppendResult EventLog::AppendSplitPlanGroup(Ring* ring, const Plan& plan, int group_index,
+                                                      double time) noexcept {
   int64_t* e = ring != nullptr ? Reserve(ring) : nullptr;
   if (e == nullptr) return AppendResult::kFull;
   // The event names the group of each dimension (its raw size and cell
@@ -139,7 +138,8 @@ void EventLog::CountDropped(uint64_t events) noexcept {
     return;
   }
   // Only the owner writes its ring's counter: a plain load + store.
-  ring->dropped.store(ring->dropped.load(std::memory_order_relaxed) + events, std::memory_order_relaxed);
+  ring->dropped.store(ring->dropped.load(std::memory_order_relaxed) + events,
+                      std::memory_order_relaxed);
 }
 
 uint64_t EventLog::appended() const noexcept {

@@ -96,7 +96,8 @@ class EventLog {
   Ring* OwnRing() noexcept;
   [[gnu::noinline]] Ring* OwnRingSlow() noexcept;
   // AppendPlanGroup for a plan of several variant groups (off the common path).
-  [[gnu::noinline]] AppendResult AppendSplitPlanGroup(Ring* ring, const Plan& plan, int group, double time) noexcept;
+  [[gnu::noinline]] AppendResult AppendSplitPlanGroup(Ring* ring, const Plan& plan, int group,
+                                                      double time) noexcept;
   // Space for one event in `ring`, or null when full.
   int64_t* Reserve(Ring* ring) noexcept;
   AppendResult Publish(Ring* ring) noexcept;
@@ -151,7 +152,8 @@ inline int64_t* EventLog::Reserve(Ring* ring) noexcept {
 inline EventLog::AppendResult EventLog::Publish(Ring* ring) noexcept {
   const uint64_t head = ring->head.load(std::memory_order_relaxed) + 1;
   ring->head.store(head, std::memory_order_release);
-  return head - ring->cached_tail == capacity_ / 2 ? AppendResult::kHalfFull : AppendResult::kAppended;
+  return head - ring->cached_tail == capacity_ / 2 ? AppendResult::kHalfFull
+                                                   : AppendResult::kAppended;
 }
 
 template <typename Fold>
@@ -164,8 +166,8 @@ uint64_t EventLog::Drain(Fold&& fold) {
     const uint64_t head = ring->head.load(std::memory_order_acquire);
     uint64_t tail = ring->tail.load(std::memory_order_relaxed);
     for (; tail != head; ++tail) {
-      fold(static_cast<const int64_t*>(
-          &ring->storage[static_cast<size_t>(tail & (capacity_ - 1)) * static_cast<size_t>(stride_)]));
+      fold(static_cast<const int64_t*>(&ring->storage[static_cast<size_t>(tail & (capacity_ - 1)) *
+                                                      static_cast<size_t>(stride_)]));
       ++drained;
     }
     ring->tail.store(head, std::memory_order_release);

@@ -118,7 +118,8 @@ void GearWindow::AddWeightedSizes(double now, const WindowGeometry& geometry,
     // At the bin's largest value (a gear there covers the bin), but samples
     // this gear served padded are at most the gear.
     slot.raw.ForEachBinRange([&](int64_t low, int64_t high, uint64_t count) {
-      (*weights)[low <= gear_ ? std::min(high, gear_) : high] += per_sample * static_cast<double>(count);
+      (*weights)[low <= gear_ ? std::min(high, gear_) : high] +=
+          per_sample * static_cast<double>(count);
     });
   }
 }

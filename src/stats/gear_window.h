@@ -48,8 +48,8 @@ class GearWindow {
   // nothing) when t is older than the window of the newest event seen.
   bool Add(double t, int64_t raw, uint64_t count, const WindowGeometry& geometry) {
     const int64_t slot = geometry.SlotIndex(t);
-    return AddToSlot(slot, geometry.SlotWeight(t, slot) * static_cast<double>(count), t, raw,
-                     count, geometry);
+    return AddToSlot(slot, geometry.SlotWeight(t, slot) * static_cast<double>(count), t, raw, count,
+                     geometry);
   }
   // The same with the slot and the weight count * exp(lambda (t - slot
   // start)) computed once by the caller (shared by every dimension of an event).
@@ -83,10 +83,10 @@ class GearWindow {
     //   sum w (g - raw) / g = unsplit_weight - unsplit_raw_weighted / g
     //   sum w (raw - g) / raw = split_weight - g * split_inv_raw_weighted
     double weight = 0.0;
-    double unsplit_weight = 0.0;         // raw <= gear
-    double unsplit_raw_weighted = 0.0;   // sum of w * raw, raw <= gear
-    double split_weight = 0.0;           // raw > gear
-    double split_inv_raw_weighted = 0.0; // sum of w / raw, raw > gear
+    double unsplit_weight = 0.0;          // raw <= gear
+    double unsplit_raw_weighted = 0.0;    // sum of w * raw, raw <= gear
+    double split_weight = 0.0;            // raw > gear
+    double split_inv_raw_weighted = 0.0;  // sum of w / raw, raw > gear
     uint64_t samples = 0;
     uint64_t pad_samples = 0;
     uint64_t split_samples = 0;

@@ -17,12 +17,14 @@ int Octave(int64_t size) { return 63 - std::countl_zero(static_cast<uint64_t>(si
 
 uint32_t JointWindow::FineBin(int64_t size) {
   if (size < 64) return static_cast<uint32_t>(std::max<int64_t>(size, 0));
-  const int octave = Octave(size);  // >= 6
+  const int octave = Octave(size);                  // >= 6
   const int64_t sub = (size >> (octave - 4)) - 16;  // 0..15
   return static_cast<uint32_t>(64 + (octave - 6) * 16 + sub);
 }
 
-uint32_t JointWindow::CoarseBin(int64_t size) { return static_cast<uint32_t>(Octave(std::max<int64_t>(size, 1))); }
+uint32_t JointWindow::CoarseBin(int64_t size) {
+  return static_cast<uint32_t>(Octave(std::max<int64_t>(size, 1)));
+}
 
 JointWindow::JointWindow(const WindowGeometry& geometry)
     : slots_(geometry.slots), ring_(static_cast<size_t>(geometry.slots + 1)) {}
@@ -65,7 +67,8 @@ std::vector<JointSize> JointWindow::Summarize(double now, const WindowGeometry& 
     const double start = geometry.SlotStart(slot.index);
     if (start > now || start + geometry.slot_seconds <= window_start) continue;
     const double factor = std::exp(-geometry.lambda * (now - start));
-    for (const auto& [key, bin] : slot.bins) out.push_back({bin.max_a, bin.max_b, bin.weight * factor});
+    for (const auto& [key, bin] : slot.bins)
+      out.push_back({bin.max_a, bin.max_b, bin.weight * factor});
   }
   std::sort(out.begin(), out.end(), [](const JointSize& x, const JointSize& y) {
     return x.a != y.a ? x.a < y.a : x.b < y.b;

@@ -5,7 +5,7 @@
 
 namespace gearbox {
 namespace {
-constexpr int kSubBits = 7;  // log2(kSubBinsPerOctave)
+constexpr int kSubBits = 7;         // log2(kSubBinsPerOctave)
 constexpr int kFirstLogOctave = 8;  // log2(kExactBelow)
 }  // namespace
 
@@ -22,9 +22,7 @@ int64_t RawSampleHistogram::BinWidth(int64_t bin) {
   return int64_t{1} << (octave - kSubBits);
 }
 
-int64_t RawSampleHistogram::BinValue(int64_t bin) {
-  return BinLow(bin) + (BinWidth(bin) - 1) / 2;
-}
+int64_t RawSampleHistogram::BinValue(int64_t bin) { return BinLow(bin) + (BinWidth(bin) - 1) / 2; }
 
 void RawSampleHistogram::Cover(int64_t bin) {
   if (counts_.empty()) {

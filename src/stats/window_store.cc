@@ -13,7 +13,7 @@ WindowStore::GearState* WindowStore::DimensionStates::Find(int64_t gear) const {
 }
 
 WindowStore::GearState* WindowStore::DimensionStates::Insert(int64_t gear,
-                                                              std::unique_ptr<GearState> state) {
+                                                             std::unique_ptr<GearState> state) {
   auto it = std::lower_bound(gears.begin(), gears.end(), gear);
   const size_t at = static_cast<size_t>(it - gears.begin());
   if (it != gears.end() && *it == gear) return states[at].get();
@@ -45,7 +45,8 @@ WindowStore::WindowStore(const GearSet& initial, const AdaptiveOptions& options,
     names_.push_back(initial.dimension(d).name);
     splittable_.push_back(initial.dimension(d).splittable);
     for (int64_t gear : initial.gears(d)) {
-      dimensions_[d].Insert(gear, std::make_unique<GearState>(gear, now, /*from_start=*/true, geometry_));
+      dimensions_[d].Insert(gear,
+                            std::make_unique<GearState>(gear, now, /*from_start=*/true, geometry_));
     }
   }
 }
@@ -108,7 +109,8 @@ void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, cons
 bool WindowStore::AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys) {
   bool all_active = true;
   if (joint_ != nullptr) {
-    auto it = gears.size() == kJointDimensions ? combinations_.find({gears[0], gears[1]}) : combinations_.end();
+    auto it = gears.size() == kJointDimensions ? combinations_.find({gears[0], gears[1]})
+                                               : combinations_.end();
     if (it == combinations_.end()) return false;  // attached nowhere yet: nothing to forget
     it->second.keys.insert(keys.begin(), keys.end());
   }
@@ -170,13 +172,15 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with
   if (joint_ != nullptr) {
     if (with_sizes) stats.joint_sizes = joint_->Summarize(now, geometry_);
     for (const auto& [c, state] : combinations_) stats.combinations.emplace_back(c, state.created);
-    for (const auto& [c, when] : removed_combinations_) stats.recently_removed_combinations.emplace_back(c, when);
+    for (const auto& [c, when] : removed_combinations_)
+      stats.recently_removed_combinations.emplace_back(c, when);
   }
   return stats;
 }
 
 std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int64_t>>& removed,
-                                               const std::vector<std::vector<int64_t>>& added, double now,
+                                               const std::vector<std::vector<int64_t>>& added,
+                                               double now,
                                                const std::vector<GearCombination>* combinations) {
   std::unordered_set<GraphKey> keys;
   if (joint_ != nullptr) {
@@ -188,9 +192,9 @@ std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int
       return false;
     };
     for (auto it = combinations_.begin(); it != combinations_.end();) {
-      const bool kept = combinations != nullptr
-                            ? std::binary_search(combinations->begin(), combinations->end(), it->first)
-                            : !evicted(it->first);
+      const bool kept = combinations != nullptr ? std::binary_search(combinations->begin(),
+                                                                     combinations->end(), it->first)
+                                                : !evicted(it->first);
       if (kept) {
         ++it;
         continue;
@@ -227,7 +231,8 @@ std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int
       for (int64_t gear : added[d]) {
         removed_[d].erase(gear);
         if (dimensions_[d].Find(gear) == nullptr) {
-          dimensions_[d].Insert(gear, std::make_unique<GearState>(gear, now, /*from_start=*/false, geometry_));
+          dimensions_[d].Insert(
+              gear, std::make_unique<GearState>(gear, now, /*from_start=*/false, geometry_));
         }
       }
     }

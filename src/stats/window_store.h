@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "gearbox/gear_set.h"
-#include "gearbox/options.h"
 #include "gearbox/graph_key.h"
+#include "gearbox/options.h"
 #include "gearbox/stats.h"
 #include "src/stats/event_log.h"
 #include "src/stats/gear_window.h"
@@ -24,11 +24,11 @@
 namespace gearbox::internal {
 
 struct FoldCounters {
-  uint64_t events = 0;          // events folded into a gear's window
-  uint64_t variants = 0;        // the same, counting each event's variant count
-  uint64_t evicted_gear = 0;    // events for a gear evicted before they were folded
-  uint64_t too_late = 0;        // events older than the window ring
-  uint64_t bad_time = 0;        // events with a non-finite or absurd time (|t| > 1e15 s)
+  uint64_t events = 0;        // events folded into a gear's window
+  uint64_t variants = 0;      // the same, counting each event's variant count
+  uint64_t evicted_gear = 0;  // events for a gear evicted before they were folded
+  uint64_t too_late = 0;      // events older than the window ring
+  uint64_t bad_time = 0;      // events with a non-finite or absurd time (|t| > 1e15 s)
 };
 
 class WindowStore {

@@ -22,10 +22,10 @@
 namespace gearbox {
 
 struct TransformerBlockOptions {
-  int64_t hidden = 64;       // H
-  int64_t heads = 4;         // H must be a multiple
-  int64_t mlp_ratio = 4;     // MLP width = mlp_ratio * H
-  uint64_t seed = 1;         // weights
+  int64_t hidden = 64;    // H
+  int64_t heads = 4;      // H must be a multiple
+  int64_t mlp_ratio = 4;  // MLP width = mlp_ratio * H
+  uint64_t seed = 1;      // weights
   // Which gear dimension the batch axis follows (-1: batch fixed at 1) and
   // which the sequence axis follows.
   int batch_dimension = 0;

@@ -33,7 +33,9 @@ class CudaGraphExecutable final : public Executable {
   absl::Status Init(const CudaGraphOptions& o, std::span<const int64_t> gears) {
     device_ = o.device;
     if (auto s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
-    if (auto s = Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); !s.ok()) {
+    if (auto s =
+            Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        !s.ok()) {
       return s;
     }
     auto alloc = [&](int64_t bytes, void** p) {
@@ -49,11 +51,14 @@ class CudaGraphExecutable final : public Executable {
       if (auto s = alloc(out_bytes_.back(), &out_.emplace_back()); !s.ok()) return s;
     }
     dims_ = gears.size();
-    if (auto s = alloc(static_cast<int64_t>(dims_ * sizeof(int64_t)), reinterpret_cast<void**>(&valid_)); !s.ok()) {
+    if (auto s =
+            alloc(static_cast<int64_t>(dims_ * sizeof(int64_t)), reinterpret_cast<void**>(&valid_));
+        !s.ok()) {
       return s;
     }
     cudaGraph_t graph = nullptr;
-    if (auto s = Check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    if (auto s = Check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                       "cudaStreamBeginCapture");
         !s.ok()) {
       return s;
     }
@@ -78,13 +83,15 @@ class CudaGraphExecutable final : public Executable {
     if (auto s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
     for (size_t i = 0; i < inputs.size() && i < in_.size(); ++i) {
       const char* src = static_cast<const char*>(inputs[i].data) + inputs[i].byte_offset;
-      if (auto s = Check(cudaMemcpyAsync(in_[i], src, static_cast<size_t>(in_bytes_[i]), cudaMemcpyHostToDevice, stream_),
+      if (auto s = Check(cudaMemcpyAsync(in_[i], src, static_cast<size_t>(in_bytes_[i]),
+                                         cudaMemcpyHostToDevice, stream_),
                          "copying an input to the device");
           !s.ok()) {
         return s;
       }
     }
-    if (auto s = Check(cudaMemcpyAsync(valid_, shape.extent, dims_ * sizeof(int64_t), cudaMemcpyHostToDevice, stream_),
+    if (auto s = Check(cudaMemcpyAsync(valid_, shape.extent, dims_ * sizeof(int64_t),
+                                       cudaMemcpyHostToDevice, stream_),
                        "copying the valid sizes");
         !s.ok()) {
       return s;
@@ -92,7 +99,8 @@ class CudaGraphExecutable final : public Executable {
     if (auto s = Check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch"); !s.ok()) return s;
     for (size_t i = 0; i < outputs.size() && i < out_.size(); ++i) {
       char* dst = static_cast<char*>(outputs[i].data) + outputs[i].byte_offset;
-      if (auto s = Check(cudaMemcpyAsync(dst, out_[i], static_cast<size_t>(out_bytes_[i]), cudaMemcpyDeviceToHost, stream_),
+      if (auto s = Check(cudaMemcpyAsync(dst, out_[i], static_cast<size_t>(out_bytes_[i]),
+                                         cudaMemcpyDeviceToHost, stream_),
                          "copying an output from the device");
           !s.ok()) {
         return s;
@@ -152,9 +160,10 @@ class CudaGraphBackend final : public Backend {
 }  // namespace
 
 // The built-in model's kernels (cuda_graph_kernels.cu).
-cudaError_t LaunchMaskedAffineMeanKernels(cudaStream_t stream, const int64_t* gears, void* const* inputs,
-                                          void* const* outputs, const int64_t* valid, int batch_dim,
-                                          int seq_dim, int64_t hidden);
+cudaError_t LaunchMaskedAffineMeanKernels(cudaStream_t stream, const int64_t* gears,
+                                          void* const* inputs, void* const* outputs,
+                                          const int64_t* valid, int batch_dim, int seq_dim,
+                                          int64_t hidden);
 
 bool CudaDeviceAvailable() {
   int count = 0;
@@ -168,33 +177,35 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaGraphBackend(CudaGraphOptions o
 }
 
 absl::Status RegisterCudaGraphBackend(BackendRegistry& registry) {
-  return registry.Register("cuda_graph", [](const BackendParams& params)
-                                             -> absl::StatusOr<std::unique_ptr<Backend>> {
-    auto hidden = IntParam(params, "hidden", 64, 1, 65536);
-    auto batch = IntParam(params, "batch_dim", 0, -1, kMaxDimensions - 1);
-    auto seq = IntParam(params, "seq_dim", 1, 0, kMaxDimensions - 1);
-    auto device = IntParam(params, "device", 0, 0, 1024);
-    for (const auto* s : {&hidden, &batch, &seq, &device}) {
-      if (!s->ok()) return s->status();
-    }
-    CudaGraphOptions o;
-    o.device = static_cast<int>(*device);
-    TensorSpec x{"x", {kDLFloat, 32, 1}, {1, 1, *hidden}, {}};
-    if (*batch >= 0) x.bindings.push_back({0, static_cast<int>(*batch)});
-    x.bindings.push_back({1, static_cast<int>(*seq)});
-    TensorSpec y = x;
-    y.name = "y";
-    o.signature.inputs = {x};
-    o.signature.outputs = {y};
-    const int b = static_cast<int>(*batch), s = static_cast<int>(*seq);
-    const int64_t h = *hidden;
-    o.launch = [b, s, h](cudaStream_t stream, std::span<const int64_t> gears, std::span<void* const> in,
-                         std::span<void* const> out, const int64_t* valid) {
-      return Check(LaunchMaskedAffineMeanKernels(stream, gears.data(), in.data(), out.data(), valid, b, s, h),
-                   "launching the built-in kernels");
-    };
-    return MakeCudaGraphBackend(std::move(o));
-  });
+  return registry.Register(
+      "cuda_graph", [](const BackendParams& params) -> absl::StatusOr<std::unique_ptr<Backend>> {
+        auto hidden = IntParam(params, "hidden", 64, 1, 65536);
+        auto batch = IntParam(params, "batch_dim", 0, -1, kMaxDimensions - 1);
+        auto seq = IntParam(params, "seq_dim", 1, 0, kMaxDimensions - 1);
+        auto device = IntParam(params, "device", 0, 0, 1024);
+        for (const auto* s : {&hidden, &batch, &seq, &device}) {
+          if (!s->ok()) return s->status();
+        }
+        CudaGraphOptions o;
+        o.device = static_cast<int>(*device);
+        TensorSpec x{"x", {kDLFloat, 32, 1}, {1, 1, *hidden}, {}};
+        if (*batch >= 0) x.bindings.push_back({0, static_cast<int>(*batch)});
+        x.bindings.push_back({1, static_cast<int>(*seq)});
+        TensorSpec y = x;
+        y.name = "y";
+        o.signature.inputs = {x};
+        o.signature.outputs = {y};
+        const int b = static_cast<int>(*batch), s = static_cast<int>(*seq);
+        const int64_t h = *hidden;
+        o.launch = [b, s, h](cudaStream_t stream, std::span<const int64_t> gears,
+                             std::span<void* const> in, std::span<void* const> out,
+                             const int64_t* valid) {
+          return Check(LaunchMaskedAffineMeanKernels(stream, gears.data(), in.data(), out.data(),
+                                                     valid, b, s, h),
+                       "launching the built-in kernels");
+        };
+        return MakeCudaGraphBackend(std::move(o));
+      });
 }
 
 absl::StatusOr<double> CudaMemoryProbe::UsageFraction() {

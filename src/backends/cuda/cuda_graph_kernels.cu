@@ -10,8 +10,8 @@
 namespace gearbox {
 namespace {
 
-__global__ void AffineTanh(const float* x, float* y, const int64_t* valid, int batch_dim, int seq_dim,
-                           int64_t batch, int64_t seq, int64_t hidden) {
+__global__ void AffineTanh(const float* x, float* y, const int64_t* valid, int batch_dim,
+                           int seq_dim, int64_t batch, int64_t seq, int64_t hidden) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= batch * seq * hidden) return;
   const int64_t c = i % hidden;
@@ -23,8 +23,8 @@ __global__ void AffineTanh(const float* x, float* y, const int64_t* valid, int b
   y[i] = (in_batch && s < valid[seq_dim]) ? tanhf(x[i] * w + bias) : 0.0f;
 }
 
-__global__ void AddValidMean(float* y, const int64_t* valid, int batch_dim, int seq_dim, int64_t batch,
-                             int64_t seq, int64_t hidden) {
+__global__ void AddValidMean(float* y, const int64_t* valid, int batch_dim, int seq_dim,
+                             int64_t batch, int64_t seq, int64_t hidden) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one (b, c)
   if (i >= batch * hidden) return;
   const int64_t b = i / hidden, c = i % hidden;
@@ -38,18 +38,20 @@ __global__ void AddValidMean(float* y, const int64_t* valid, int batch_dim, int 
 
 }  // namespace
 
-cudaError_t LaunchMaskedAffineMeanKernels(cudaStream_t stream, const int64_t* gears, void* const* inputs,
-                                          void* const* outputs, const int64_t* valid, int batch_dim,
-                                          int seq_dim, int64_t hidden) {
+cudaError_t LaunchMaskedAffineMeanKernels(cudaStream_t stream, const int64_t* gears,
+                                          void* const* inputs, void* const* outputs,
+                                          const int64_t* valid, int batch_dim, int seq_dim,
+                                          int64_t hidden) {
   const int64_t batch = batch_dim >= 0 ? gears[batch_dim] : 1;
   const int64_t seq = gears[seq_dim];
   const int64_t n = batch * seq * hidden;
   const int threads = 256;
   AffineTanh<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream>>>(
-      static_cast<const float*>(inputs[0]), static_cast<float*>(outputs[0]), valid, batch_dim, seq_dim,
-      batch, seq, hidden);
-  AddValidMean<<<static_cast<unsigned>((batch * hidden + threads - 1) / threads), threads, 0, stream>>>(
-      static_cast<float*>(outputs[0]), valid, batch_dim, seq_dim, batch, seq, hidden);
+      static_cast<const float*>(inputs[0]), static_cast<float*>(outputs[0]), valid, batch_dim,
+      seq_dim, batch, seq, hidden);
+  AddValidMean<<<static_cast<unsigned>((batch * hidden + threads - 1) / threads), threads, 0,
+                 stream>>>(static_cast<float*>(outputs[0]), valid, batch_dim, seq_dim, batch, seq,
+                           hidden);
   return cudaGetLastError();
 }
 

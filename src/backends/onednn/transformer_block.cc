@@ -74,7 +74,9 @@ struct Workspace {
   std::vector<uint8_t> scratchpad;
   size_t bytes() const {
     return (ln1.size() + qkv.size() + scores.size() + ctx.size() + x1.size() + ln2.size() +
-            hidden4.size() + mask.size()) * sizeof(float) + scratchpad.size();
+            hidden4.size() + mask.size()) *
+               sizeof(float) +
+           scratchpad.size();
   }
 };
 
@@ -99,7 +101,8 @@ class OneDnnBlockExecutable final : public Executable {
     std::unique_ptr<Workspace> ws = TakeWorkspace();
     // Key mask: 0 for valid keys, a large negative for padding (finite, so
     // exp() gives 0 without inf - inf).
-    for (int64_t j = 0; j < p_->s; ++j) ws->mask[static_cast<size_t>(j)] = j < valid_s ? 0.0f : -1e30f;
+    for (int64_t j = 0; j < p_->s; ++j)
+      ws->mask[static_cast<size_t>(j)] = j < valid_s ? 0.0f : -1e30f;
     try {
       dnnl::stream stream(engine_);
       const Primitives& p = *p_;
@@ -108,8 +111,9 @@ class OneDnnBlockExecutable final : public Executable {
       };
       memory x = mem(p.x_md, static_cast<const char*>(inputs[0].data) + inputs[0].byte_offset);
       memory y = mem(p.x_md, static_cast<const char*>(outputs[0].data) + outputs[0].byte_offset);
-      memory scratch = mem(memory::desc({static_cast<int64_t>(ws->scratchpad.size())}, dt::u8, tag::a),
-                           ws->scratchpad.data());
+      memory scratch =
+          mem(memory::desc({static_cast<int64_t>(ws->scratchpad.size())}, dt::u8, tag::a),
+              ws->scratchpad.data());
       memory ln1 = mem(p.row_h_md, ws->ln1.data()), qkv = mem(p.qkv_md, ws->qkv.data());
       memory scores = mem(p.scores_md, ws->scores.data()), mask = mem(p.mask_md, ws->mask.data());
       memory ctx = mem(p.ctx_md, ws->ctx.data()), x1 = mem(p.row_h_md, ws->x1.data());
@@ -120,30 +124,51 @@ class OneDnnBlockExecutable final : public Executable {
       memory x_rows = mem(p.row_h_md, x.get_data_handle());
       memory y_rows = mem(p.row_h_md, y.get_data_handle());
 
-      p.ln.execute(stream, {{DNNL_ARG_SRC, x_rows}, {DNNL_ARG_DST, ln1}, {DNNL_ARG_SCALE, param(w.ln1_scale)},
-                            {DNNL_ARG_SHIFT, param(w.ln1_shift)}, {DNNL_ARG_SCRATCHPAD, scratch}});
-      p.qkv.execute(stream, {{DNNL_ARG_SRC, ln1}, {DNNL_ARG_WEIGHTS, mem(p.w_qkv_md, Data(w.w_qkv))},
-                             {DNNL_ARG_BIAS, mem(p.b_qkv_md, Data(w.b_qkv))}, {DNNL_ARG_DST, qkv},
+      p.ln.execute(stream, {{DNNL_ARG_SRC, x_rows},
+                            {DNNL_ARG_DST, ln1},
+                            {DNNL_ARG_SCALE, param(w.ln1_scale)},
+                            {DNNL_ARG_SHIFT, param(w.ln1_shift)},
+                            {DNNL_ARG_SCRATCHPAD, scratch}});
+      p.qkv.execute(stream, {{DNNL_ARG_SRC, ln1},
+                             {DNNL_ARG_WEIGHTS, mem(p.w_qkv_md, Data(w.w_qkv))},
+                             {DNNL_ARG_BIAS, mem(p.b_qkv_md, Data(w.b_qkv))},
+                             {DNNL_ARG_DST, qkv},
                              {DNNL_ARG_SCRATCHPAD, scratch}});
       char* base = static_cast<char*>(qkv.get_data_handle());
       const size_t hb = static_cast<size_t>(p.h) * sizeof(float);
-      p.scores.execute(stream, {{DNNL_ARG_SRC, mem(p.q_md, base)}, {DNNL_ARG_WEIGHTS, mem(p.kt_md, base + hb)},
-                                {DNNL_ARG_DST, scores}, {post(0), mask}, {DNNL_ARG_SCRATCHPAD, scratch}});
-      p.softmax.execute(stream, {{DNNL_ARG_SRC, scores}, {DNNL_ARG_DST, scores}, {DNNL_ARG_SCRATCHPAD, scratch}});
-      p.context.execute(stream, {{DNNL_ARG_SRC, scores}, {DNNL_ARG_WEIGHTS, mem(p.v_md, base + 2 * hb)},
+      p.scores.execute(stream, {{DNNL_ARG_SRC, mem(p.q_md, base)},
+                                {DNNL_ARG_WEIGHTS, mem(p.kt_md, base + hb)},
+                                {DNNL_ARG_DST, scores},
+                                {post(0), mask},
+                                {DNNL_ARG_SCRATCHPAD, scratch}});
+      p.softmax.execute(
+          stream, {{DNNL_ARG_SRC, scores}, {DNNL_ARG_DST, scores}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      p.context.execute(stream, {{DNNL_ARG_SRC, scores},
+                                 {DNNL_ARG_WEIGHTS, mem(p.v_md, base + 2 * hb)},
                                  {DNNL_ARG_DST, mem(p.ctx_view_md, ctx.get_data_handle())},
                                  {DNNL_ARG_SCRATCHPAD, scratch}});
-      p.out_proj.execute(stream, {{DNNL_ARG_SRC, ctx}, {DNNL_ARG_WEIGHTS, mem(p.w_o_md, Data(w.w_o))},
-                                  {DNNL_ARG_BIAS, mem(p.b_o_md, Data(w.b_o))}, {DNNL_ARG_DST, x1},
-                                  {post(0), x_rows}, {DNNL_ARG_SCRATCHPAD, scratch}});
-      p.ln.execute(stream, {{DNNL_ARG_SRC, x1}, {DNNL_ARG_DST, ln2}, {DNNL_ARG_SCALE, param(w.ln2_scale)},
-                            {DNNL_ARG_SHIFT, param(w.ln2_shift)}, {DNNL_ARG_SCRATCHPAD, scratch}});
-      p.up.execute(stream, {{DNNL_ARG_SRC, ln2}, {DNNL_ARG_WEIGHTS, mem(p.w_up_md, Data(w.w_up))},
-                            {DNNL_ARG_BIAS, mem(p.b_up_md, Data(w.b_up))}, {DNNL_ARG_DST, hidden4},
+      p.out_proj.execute(stream, {{DNNL_ARG_SRC, ctx},
+                                  {DNNL_ARG_WEIGHTS, mem(p.w_o_md, Data(w.w_o))},
+                                  {DNNL_ARG_BIAS, mem(p.b_o_md, Data(w.b_o))},
+                                  {DNNL_ARG_DST, x1},
+                                  {post(0), x_rows},
+                                  {DNNL_ARG_SCRATCHPAD, scratch}});
+      p.ln.execute(stream, {{DNNL_ARG_SRC, x1},
+                            {DNNL_ARG_DST, ln2},
+                            {DNNL_ARG_SCALE, param(w.ln2_scale)},
+                            {DNNL_ARG_SHIFT, param(w.ln2_shift)},
                             {DNNL_ARG_SCRATCHPAD, scratch}});
-      p.down.execute(stream, {{DNNL_ARG_SRC, hidden4}, {DNNL_ARG_WEIGHTS, mem(p.w_down_md, Data(w.w_down))},
-                              {DNNL_ARG_BIAS, mem(p.b_down_md, Data(w.b_down))}, {DNNL_ARG_DST, y_rows},
-                              {post(0), x1}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      p.up.execute(stream, {{DNNL_ARG_SRC, ln2},
+                            {DNNL_ARG_WEIGHTS, mem(p.w_up_md, Data(w.w_up))},
+                            {DNNL_ARG_BIAS, mem(p.b_up_md, Data(w.b_up))},
+                            {DNNL_ARG_DST, hidden4},
+                            {DNNL_ARG_SCRATCHPAD, scratch}});
+      p.down.execute(stream, {{DNNL_ARG_SRC, hidden4},
+                              {DNNL_ARG_WEIGHTS, mem(p.w_down_md, Data(w.w_down))},
+                              {DNNL_ARG_BIAS, mem(p.b_down_md, Data(w.b_down))},
+                              {DNNL_ARG_DST, y_rows},
+                              {post(0), x1},
+                              {DNNL_ARG_SCRATCHPAD, scratch}});
       stream.wait();
     } catch (const dnnl::error& e) {
       ReturnWorkspace(std::move(ws));
@@ -216,7 +241,8 @@ class OneDnnTransformerBackend final : public Backend {
     if (static_cast<int>(gears.size()) < need) {
       return internal::InvalidField("gears", Cat(gears.size(), " sizes"), Cat("at least ", need));
     }
-    const int64_t b = options_.batch_dimension >= 0 ? gears[static_cast<size_t>(options_.batch_dimension)] : 1;
+    const int64_t b =
+        options_.batch_dimension >= 0 ? gears[static_cast<size_t>(options_.batch_dimension)] : 1;
     const int64_t s = gears[static_cast<size_t>(options_.seq_dimension)];
     const double score_bytes = static_cast<double>(b) * static_cast<double>(options_.heads) *
                                static_cast<double>(s) * static_cast<double>(s) * 4.0;
@@ -276,7 +302,8 @@ class OneDnnTransformerBackend final : public Backend {
       }
       auto matmul = [&](const memory::desc& src, const memory::desc& wei, const memory::desc* bias,
                         const memory::desc& dst, dnnl::primitive_attr attr) {
-        dnnl::matmul::desc d = bias ? dnnl::matmul::desc(src, wei, *bias, dst) : dnnl::matmul::desc(src, wei, dst);
+        dnnl::matmul::desc d =
+            bias ? dnnl::matmul::desc(src, wei, *bias, dst) : dnnl::matmul::desc(src, wei, dst);
         dnnl::matmul::primitive_desc pd(d, attr, engine_);
         track(pd);
         return dnnl::matmul(pd);
@@ -339,8 +366,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeOneDnnTransformerBackend(
   if (o.mlp_ratio < 1 || o.mlp_ratio > 16) {
     return internal::InvalidFieldValue("mlp_ratio", o.mlp_ratio, "an integer in [1, 16]");
   }
-  if (o.seq_dimension < 0 || o.seq_dimension >= kMaxDimensions || o.batch_dimension >= kMaxDimensions ||
-      o.batch_dimension < -1 || o.batch_dimension == o.seq_dimension) {
+  if (o.seq_dimension < 0 || o.seq_dimension >= kMaxDimensions ||
+      o.batch_dimension >= kMaxDimensions || o.batch_dimension < -1 ||
+      o.batch_dimension == o.seq_dimension) {
     return internal::InvalidField("batch_dim/seq_dim", Cat(o.batch_dimension, "/", o.seq_dimension),
                                   "two different dimension indexes (batch_dim may be -1)");
   }
@@ -354,33 +382,36 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeOneDnnTransformerBackend(
 }
 
 absl::Status RegisterOneDnnBackend(BackendRegistry& registry) {
-  return registry.Register("onednn", [](const BackendParams& params)
-                                         -> absl::StatusOr<std::unique_ptr<Backend>> {
-    for (const auto& [key, value] : params) {
-      static const char* known[] = {"hidden", "heads", "mlp_ratio", "seed", "batch_dim", "seq_dim"};
-      if (std::find(std::begin(known), std::end(known), key) == std::end(known)) {
-        return internal::InvalidField(Cat("onednn.", key), Cat("\"", value, "\""),
-                                      "unknown parameter; known: hidden, heads, mlp_ratio, seed, batch_dim, seq_dim");
-      }
-    }
-    TransformerBlockOptions o;
-    auto get = [&](const char* key, int64_t fallback, int64_t min, int64_t max, int64_t* out) {
-      auto v = IntParam(params, key, fallback, min, max);
-      if (v.ok()) *out = *v;
-      return v.status();
-    };
-    int64_t seed = 1, batch = 0, seq = 1;
-    for (absl::Status s : {get("hidden", 64, 1, 16384, &o.hidden), get("heads", 4, 1, 16384, &o.heads),
-                           get("mlp_ratio", 4, 1, 16, &o.mlp_ratio), get("seed", 1, 0, INT64_MAX, &seed),
-                           get("batch_dim", 0, -1, kMaxDimensions - 1, &batch),
-                           get("seq_dim", 1, 0, kMaxDimensions - 1, &seq)}) {
-      if (!s.ok()) return s;
-    }
-    o.seed = static_cast<uint64_t>(seed);
-    o.batch_dimension = static_cast<int>(batch);
-    o.seq_dimension = static_cast<int>(seq);
-    return MakeOneDnnTransformerBackend(o);
-  });
+  return registry.Register(
+      "onednn", [](const BackendParams& params) -> absl::StatusOr<std::unique_ptr<Backend>> {
+        for (const auto& [key, value] : params) {
+          static const char* known[] = {"hidden", "heads",     "mlp_ratio",
+                                        "seed",   "batch_dim", "seq_dim"};
+          if (std::find(std::begin(known), std::end(known), key) == std::end(known)) {
+            return internal::InvalidField(
+                Cat("onednn.", key), Cat("\"", value, "\""),
+                "unknown parameter; known: hidden, heads, mlp_ratio, seed, batch_dim, seq_dim");
+          }
+        }
+        TransformerBlockOptions o;
+        auto get = [&](const char* key, int64_t fallback, int64_t min, int64_t max, int64_t* out) {
+          auto v = IntParam(params, key, fallback, min, max);
+          if (v.ok()) *out = *v;
+          return v.status();
+        };
+        int64_t seed = 1, batch = 0, seq = 1;
+        for (absl::Status s :
+             {get("hidden", 64, 1, 16384, &o.hidden), get("heads", 4, 1, 16384, &o.heads),
+              get("mlp_ratio", 4, 1, 16, &o.mlp_ratio), get("seed", 1, 0, INT64_MAX, &seed),
+              get("batch_dim", 0, -1, kMaxDimensions - 1, &batch),
+              get("seq_dim", 1, 0, kMaxDimensions - 1, &seq)}) {
+          if (!s.ok()) return s;
+        }
+        o.seed = static_cast<uint64_t>(seed);
+        o.batch_dimension = static_cast<int>(batch);
+        o.seq_dimension = static_cast<int>(seq);
+        return MakeOneDnnTransformerBackend(o);
+      });
 }
 
 }  // namespace gearbox
