@@ -41,14 +41,14 @@ struct WorkerFixture {
       if (throw_on_update) throw std::runtime_error("injected failure");
     };
     runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
-    clock.WaitForSleepers(1);
+    clock.WaitForSleepersForTesting(1);
   }
 
   // Moves time to `t` and waits for the worker's `n`-th check.
   void AdvanceTo(double t, uint64_t n) {
     clock.Set(t);
-    runtime->worker()->WaitForChecks(n);
-    clock.WaitForSleepers(1);
+    runtime->worker()->WaitForChecksForTesting(n);
+    clock.WaitForSleepersForTesting(1);
   }
   size_t record_count() {
     MutexLock lock(&mu);
@@ -89,7 +89,7 @@ TEST(Worker, ReplanChecksOftenUntilItsFirstPlan) {
   o.start_worker = true;
   auto runtime = *AdaptiveGearRuntime::Create({{"SEQLEN", {8, 16, 64}, false, false}}, o);
   EXPECT_EQ(runtime->CheckIntervalSeconds(), 10.0);  // replan.warmup_check_seconds
-  clock.WaitForSleepers(1);
+  clock.WaitForSleepersForTesting(1);
   for (int i = 0; i < 30; ++i) {
     Plan plan;
     const int64_t raw[] = {5};
@@ -97,13 +97,13 @@ TEST(Worker, ReplanChecksOftenUntilItsFirstPlan) {
     runtime->RecordPlan(plan, 1.0);
   }
   clock.Set(10.0);
-  runtime->worker()->WaitForChecks(1);
-  clock.WaitForSleepers(1);
+  runtime->worker()->WaitForChecksForTesting(1);
+  clock.WaitForSleepersForTesting(1);
   EXPECT_EQ(runtime->worker()->updates(), 1u);  // the first plan, 50 s before the first minute
   EXPECT_EQ(runtime->CheckIntervalSeconds(), 60.0);
   clock.Set(69.0);  // the next check is a full check interval later, at 70
   clock.Set(70.0);
-  runtime->worker()->WaitForChecks(2);
+  runtime->worker()->WaitForChecksForTesting(2);
   // A check at 69 would have found 59 s since the plan: no update.
   EXPECT_EQ(runtime->worker()->updates(), 2u);
 
@@ -143,7 +143,7 @@ TEST(Worker, SurvivesAnExceptionInAnUpdate) {
 TEST(Worker, ClockJumpingBackwardsReArmsTheNextCheck) {
   WorkerFixture f;
   f.clock.Set(-1000.0);  // worker wakes, sees time went back, re-arms at -940
-  f.clock.WaitForSleepsBegun(2);
+  f.clock.WaitForSleepsBegunForTesting(2);
   f.AdvanceTo(-940.0, 1);
   EXPECT_EQ(f.runtime->worker()->checks(), 1u);
 }
@@ -161,7 +161,7 @@ TEST(Worker, StopsCleanlyWhileSleepingAndRestarts) {
   EXPECT_FALSE(f.runtime->worker()->running());
   f.runtime->StopWorker();  // idempotent
   ASSERT_TRUE(f.runtime->StartWorker().ok());
-  f.clock.WaitForSleepers(1);
+  f.clock.WaitForSleepersForTesting(1);
   f.AdvanceTo(f.clock.NowSeconds() + 60.0, 1);
   EXPECT_EQ(f.runtime->worker()->checks(), 1u);
 }
@@ -175,7 +175,7 @@ TEST(Worker, FoldsFullBuffersWithoutAnUpdate) {
   o.pool = &pool;
   o.event_buffer_events = 4;
   auto runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
-  clock.WaitForSleepers(1);
+  clock.WaitForSleepersForTesting(1);
   SnapshotRef snap = runtime->GetSnapshot();
   const int64_t raw[] = {3};
   const Plan plan = *MakePlan(*snap, raw);

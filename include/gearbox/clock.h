@@ -62,12 +62,12 @@ class ManualClock final : public Clock {
   void Set(double seconds);
   void Advance(double seconds) { Set(NowSeconds() + seconds); }
   // Threads sleeping right now.
-  int sleepers() const;
+  int SleepersForTesting() const;
   // Blocks until at least `n` threads sleep on this clock (tests use it to
   // know a worker is parked before moving time).
-  void WaitForSleepers(int n) const;
+  void WaitForSleepersForTesting(int n) const;
   // Blocks until SleepUntil has been entered at least `n` times in all.
-  void WaitForSleepsBegun(uint64_t n) const;
+  void WaitForSleepsBegunForTesting(uint64_t n) const;
 
  private:
   struct Sleepers;  // defined in src/runtime/clock.cc

@@ -47,7 +47,7 @@ class GearUpdateWorker {
   uint64_t updates() const;
   uint64_t failures() const;
   // Blocks until at least `n` checks have completed (tests; no sleeping).
-  void WaitForChecks(uint64_t n);
+  void WaitForChecksForTesting(uint64_t n);
 
  private:
   void Loop();

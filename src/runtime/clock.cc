@@ -75,7 +75,7 @@ SystemClock* SystemClock::Default() {
 
 bool ManualClock::SleepUntil(double deadline, WakeSignal* signal) {
   // Read before becoming visible as a sleeper, so a Set() that a test makes
-  // after WaitForSleepers() is always seen as a change.
+  // after WaitForSleepersForTesting() is always seen as a change.
   const double start = NowSeconds();
   Sleepers& sl = *sleepers_;
   {
@@ -124,17 +124,17 @@ void ManualClock::WakeAll() {
   }
 }
 
-int ManualClock::sleepers() const {
+int ManualClock::SleepersForTesting() const {
   MutexLock lock(&sleepers_->mu);
   return static_cast<int>(sleepers_->signals.size());
 }
 
-void ManualClock::WaitForSleepsBegun(uint64_t n) const {
+void ManualClock::WaitForSleepsBegunForTesting(uint64_t n) const {
   MutexLock lock(&sleepers_->mu);
   while (sleepers_->sleeps_begun < n) sleepers_->changed.Wait(&sleepers_->mu);
 }
 
-void ManualClock::WaitForSleepers(int n) const {
+void ManualClock::WaitForSleepersForTesting(int n) const {
   MutexLock lock(&sleepers_->mu);
   while (static_cast<int>(sleepers_->signals.size()) < n) sleepers_->changed.Wait(&sleepers_->mu);
 }

@@ -105,7 +105,7 @@ uint64_t GearUpdateWorker::failures() const {
   return counters_->failures;
 }
 
-void GearUpdateWorker::WaitForChecks(uint64_t n) {
+void GearUpdateWorker::WaitForChecksForTesting(uint64_t n) {
   MutexLock lock(&counters_->mu);
   while (counters_->checks < n) counters_->checked.Wait(&counters_->mu);
 }
