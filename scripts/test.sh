@@ -63,5 +63,5 @@ cmake --build build-tsan -j "$jobs" --target stress_test snapshot_store_test wor
   pool_test runtime_test fault_injection_test executor_test joint_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure --no-tests=error -j "$jobs" \
-  -R '^(Policies/Stress|SnapshotStore|Worker|Pool|Runtime|Faults|All/ProbeFaults|Executor|Joint)\.'
+  -R '^(Policies/Stress|SnapshotStore|Worker|Pool|Runtime|EventLog|Faults|All/ProbeFaults|ProbeAboveOne|Executor|Joint)\.'
 stage "all tests passed"
