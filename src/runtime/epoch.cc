@@ -75,7 +75,10 @@ ReaderSlot* EpochDomain::Pin() noexcept {
   if (slot == nullptr) slot = tls_slot.slot = AcquireSlot();
   if (slot->depth++ == 0) {
     if (asymmetric_) {
-      slot->epoch.store(epoch_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      // Acquire: the pointer this reader loads next cannot be read before the
+      // epoch (on weakly ordered CPUs a relaxed load could pair a new epoch
+      // with an old pointer).
+      slot->epoch.store(epoch_.load(std::memory_order_acquire), std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);  // the writer's membarrier does the rest
     } else {
       slot->epoch.store(epoch_.load(std::memory_order_seq_cst), std::memory_order_seq_cst);

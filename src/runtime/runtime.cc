@@ -109,6 +109,9 @@ class AdaptiveGearRuntime::Impl {
   // Recording side: asks the drain thread to fold (lock-free; one futex wake
   // per request at most, none while one is already pending).
   void RequestDrain() noexcept {
+    // Pairs with the drain thread's fence: either it sees the event this
+    // thread just published, or this thread sees drain_wanted cleared.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (drain_wanted.load(std::memory_order_relaxed) ||
         drain_wanted.exchange(true, std::memory_order_acq_rel)) {
       return;
@@ -118,9 +121,13 @@ class AdaptiveGearRuntime::Impl {
   }
   void DrainLoop() {
     while (!drainer_stop.load(std::memory_order_acquire)) {
-      drain_wanted.store(false, std::memory_order_release);
+      drain_wanted.store(false, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // see RequestDrain
       const uint32_t seen = drain_requests.load(std::memory_order_acquire);
       FoldAll();
+      // A stop that came before `seen` was read bumped the counter already:
+      // waiting on it would never return.
+      if (drainer_stop.load(std::memory_order_acquire)) break;
       drain_requests.wait(seen, std::memory_order_acquire);
     }
   }
