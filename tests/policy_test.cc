@@ -6,57 +6,15 @@
 #include <map>
 
 #include "nlohmann/json.hpp"
+#include "tests/policy_fixtures.h"
 
 namespace gearbox {
 namespace {
 
+using namespace policy_fixtures;
+
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
-
-constexpr double kHalfLife = 150.0;
-
-// Events for one gear: `n` samples of size `raw`, spread over [t0, t1].
-std::vector<RawEvent> Spread(int64_t raw, int n, double t0, double t1) {
-  std::vector<RawEvent> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back({raw, n == 1 ? t0 : t0 + (t1 - t0) * i / (n - 1), 1});
-  }
-  return out;
-}
-
-// Window statistics for a single dimension from per-gear events.
-WindowStats OneDim(const GearSet& gears, const std::map<int64_t, std::vector<RawEvent>>& events,
-                   double now, double created = -1e9) {
-  WindowStats stats;
-  stats.now = now;
-  DimensionStats& d = stats.dimensions.emplace_back();
-  d.name = gears.dimension(0).name;
-  for (int64_t g : gears.gears(0)) {
-    auto it = events.find(g);
-    d.gears.push_back(MakeGearStats(g, it == events.end() ? std::vector<RawEvent>{} : it->second,
-                                    now, kHalfLife, created));
-  }
-  FinalizeDimensionStats(&d);
-  return stats;
-}
-
-GearSet Batch(std::vector<int64_t> g) {
-  return *GearSet::Create({{"BATCHSIZE", std::move(g), true, false}});
-}
-
-const GearRecord& RecordOf(const UpdateDecision& d, int64_t gear) {
-  for (const GearRecord& r : d.record.gears)
-    if (r.gear == gear) return r;
-  ADD_FAILURE() << "no record for gear " << gear;
-  static GearRecord none;
-  return none;
-}
-
-AdaptiveOptions NoProtection() {
-  AdaptiveOptions o;
-  o.recent_use_protect_seconds = 0;
-  return o;
-}
 
 TEST(Policy, ScoreIsTheSeedFormula) {
   GearStats s;

@@ -11,9 +11,12 @@
 #include <cmath>
 
 #include "gearbox/replan_policy.h"
+#include "tests/policy_fixtures.h"
 
 namespace gearbox {
 namespace {
+
+using namespace policy_fixtures;
 
 using ::testing::Contains;
 using ::testing::ElementsAre;
@@ -60,14 +63,6 @@ Window MakeWindow(const std::vector<GearSpec>& specs, const std::vector<Weighted
   d.observed_seconds = 300.0;
   d.recently_removed = std::move(recently_removed);
   return w;
-}
-
-MemoryState High() {
-  MemoryState m;
-  m.usage = 0.95;
-  m.threshold = 0.90;
-  m.high = true;
-  return m;
 }
 
 UpdateDecision Decide(const Window& w, const MemoryState& memory = {},

@@ -13,65 +13,15 @@
 #include "gearbox/options.h"
 #include "gearbox/policy.h"
 #include "gearbox/runtime.h"
+#include "tests/policy_fixtures.h"
 
 namespace gearbox {
 namespace {
 
+using namespace policy_fixtures;
+
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
-
-constexpr double kHalfLife = 150.0;
-
-// `n` samples of size `raw`, spread evenly over [t0, t1].
-std::vector<RawEvent> Spread(int64_t raw, int n, double t0, double t1) {
-  std::vector<RawEvent> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back({raw, n == 1 ? t0 : t0 + (t1 - t0) * i / (n - 1), 1});
-  }
-  return out;
-}
-
-GearSet Batch(std::vector<int64_t> g) {
-  return *GearSet::Create({{"BATCHSIZE", std::move(g), true, false}});
-}
-
-// Window statistics of a one-dimensional set from per-gear events.
-WindowStats OneDim(const GearSet& gears, const std::map<int64_t, std::vector<RawEvent>>& events,
-                   double now, double created = -1e9) {
-  WindowStats stats;
-  stats.now = now;
-  DimensionStats& d = stats.dimensions.emplace_back();
-  d.name = gears.dimension(0).name;
-  for (int64_t g : gears.gears(0)) {
-    auto it = events.find(g);
-    d.gears.push_back(MakeGearStats(g, it == events.end() ? std::vector<RawEvent>{} : it->second,
-                                    now, kHalfLife, created));
-  }
-  FinalizeDimensionStats(&d);
-  return stats;
-}
-
-AdaptiveOptions NoProtection() {
-  AdaptiveOptions o;
-  o.recent_use_protect_seconds = 0;
-  return o;
-}
-
-MemoryState High() {
-  MemoryState m;
-  m.usage = 0.95;
-  m.threshold = 0.90;
-  m.high = true;
-  return m;
-}
-
-const GearRecord& RecordOf(const UpdateDecision& d, int64_t gear) {
-  for (const GearRecord& r : d.record.gears)
-    if (r.gear == gear) return r;
-  ADD_FAILURE() << "no record for gear " << gear;
-  static GearRecord none;
-  return none;
-}
 
 // A runtime under the adaptive (seed) policy, driven by hand.
 struct SeedRuntime {
