@@ -11,9 +11,12 @@
 #include "gearbox/backends/onednn.h"
 #include "gearbox/replay.h"
 #include "nlohmann/json.hpp"
+#include "tests/replay_fixtures.h"
 
 namespace gearbox {
 namespace {
+
+using replay_fixtures::SeqTrace;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -23,16 +26,6 @@ RuntimeConfig SeqConfig(std::vector<int64_t> gears) {
   c.dims = {{"SEQLEN", std::move(gears), false, false}};
   c.adaptive.recent_use_protect_seconds = 0;
   return c;
-}
-
-Trace SeqTrace(const std::vector<std::pair<double, int64_t>>& rows) {
-  Trace t;
-  t.dimensions = {"SEQLEN"};
-  for (auto [time, size] : rows) {
-    t.time.push_back(time);
-    t.sizes.push_back(size);
-  }
-  return t;
 }
 
 // A fresh tiny block per replay: the sequence axis follows SEQLEN, batch 1.

@@ -6,9 +6,12 @@
 #include "gearbox/executed_replay.h"
 #include "gearbox/replay_summary.h"
 #include "nlohmann/json.hpp"
+#include "tests/replay_fixtures.h"
 
 namespace gearbox {
 namespace {
+
+using replay_fixtures::SeqTrace;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -25,16 +28,6 @@ RuntimeConfig SeqConfig(std::vector<int64_t> gears) {
   RuntimeConfig c;
   c.dims = {{"SEQLEN", std::move(gears), false, false}};
   return c;
-}
-
-Trace SeqTrace(std::vector<std::pair<double, int64_t>> rows) {
-  Trace t;
-  t.dimensions = {"SEQLEN"};
-  for (auto [time, size] : rows) {
-    t.time.push_back(time);
-    t.sizes.push_back(size);
-  }
-  return t;
 }
 
 TEST(Replay, StaticMetricsOnAHandCheckedTrace) {
