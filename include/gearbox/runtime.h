@@ -100,12 +100,15 @@ struct RuntimeCounters {
   uint64_t events_for_evicted_gears = 0;  // ... dropped: their gear was evicted first
   uint64_t events_too_late = 0;           // ... dropped: older than the window ring
   uint64_t events_bad_time = 0;           // ... dropped: NaN, infinite or |t| > 1e15 s
-  uint64_t events_pending = 0;            // recorded but not folded yet (derived)
-  uint64_t updates = 0;                   // RunOnce calls that completed
-  uint64_t updates_changed = 0;           // ... that changed the gear set
-  uint64_t keys_released = 0;             // cleanup keys handed to the pool
-  uint64_t orphan_keys_released = 0;      // keys attached to a gear already evicted
-  uint64_t stats_memory_bytes = 0;        // window statistics, all gears
+  // Recorded but not folded yet (derived). With the worker running, a ring is
+  // folded when it reaches half full and at every worker wake, so up to half a
+  // ring per recording thread may wait here until then.
+  uint64_t events_pending = 0;
+  uint64_t updates = 0;               // RunOnce calls that completed
+  uint64_t updates_changed = 0;       // ... that changed the gear set
+  uint64_t keys_released = 0;         // cleanup keys handed to the pool
+  uint64_t orphan_keys_released = 0;  // keys attached to a gear already evicted
+  uint64_t stats_memory_bytes = 0;    // window statistics, all gears
 };
 
 class AdaptiveGearRuntime {
