@@ -3,6 +3,9 @@
 //   --budget N              the count (1..N) and gears minimising the cost model
 //   --method M              uniform | quantile | kmeans | dp (default dp)
 //   --compare               every method side by side
+//   --emit S                the plan as vllm / sglang / trtllm configuration
+//                           on stdout (and nothing else there); see
+//                           include/gearbox/server_config.h
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -13,6 +16,7 @@
 #include "fmt/ranges.h"
 #include "gearbox/gear_set.h"
 #include "gearbox/planners.h"
+#include "gearbox/server_config.h"
 #include "gearbox/trace.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
@@ -36,6 +40,10 @@ struct PlanFlags {
   std::string weights;
   std::string joint;  // "A,B": two-dimensional schemes
   int graphs = 0;
+  // --emit: the plan in an inference server's syntax.
+  std::string emit;
+  std::string vllm_syntax = "compilation-config";
+  ServerConfigOptions server;
 };
 
 int RunJoint(const PlanFlags& f) {
@@ -92,7 +100,74 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// --emit: one plan, printed alone on stdout; the server options parsed.
+absl::Status CheckEmitFlags(PlanFlags& f) {
+  if (f.emit.empty()) {
+    const char* given = f.server.max_num_seqs > 0             ? "--max-num-seqs"
+                        : f.server.max_num_batched_tokens > 0 ? "--max-num-batched-tokens"
+                        : f.server.speculative_tokens > 0     ? "--speculative-tokens"
+                        : f.server.clip_to_max                ? "--clip-to-max"
+                        : f.vllm_syntax != "compilation-config" ? "--vllm-syntax"
+                                                                : nullptr;
+    if (given != nullptr) {
+      return absl::InvalidArgumentError(
+          fmt::format("{} applies to --emit vllm|sglang|trtllm only; add --emit", given));
+    }
+    return absl::OkStatus();
+  }
+  auto server = ParseServerKind(f.emit, "--emit");
+  if (!server.ok()) return server.status();
+  auto syntax = ParseVllmSyntax(f.vllm_syntax, "--vllm-syntax");
+  if (!syntax.ok()) return syntax.status();
+  f.server.server = *server;
+  f.server.vllm_syntax = *syntax;
+  if (!f.joint.empty()) {
+    return absl::InvalidArgumentError("--emit plans one dimension; drop --joint");
+  }
+  if (f.compare) return absl::InvalidArgumentError("--emit prints one plan; drop --compare");
+  if (f.json) {
+    return absl::InvalidArgumentError("--emit and --json both set stdout's format; give one");
+  }
+  return absl::OkStatus();
+}
+
+// Whether sizes above the largest gear split into chunks. The servers run a
+// batch above their largest CUDA graph without one instead, so a plan for
+// --emit covers the largest batch unless --splittable true says otherwise.
+absl::StatusOr<bool> Splittable(const PlanFlags& f) {
+  if (f.splittable == "true") return true;
+  if (f.splittable == "false") return false;
+  if (f.splittable != "auto") {
+    return absl::InvalidArgumentError(
+        fmt::format("--splittable: \"{}\" is not allowed; true, false or auto", f.splittable));
+  }
+  return f.emit.empty() && DefaultSplittable(f.dim);
+}
+
+// Prints the plan as server configuration: stdout holds the configuration
+// alone (for pasting, a file or $(...)); the summary goes to stderr.
+int EmitPlan(const PlanFlags& f, const GearPlan& plan) {
+  auto text = EmitServerConfig(plan.gears, f.server);
+  if (!text.ok()) return Fail(std::string(text.status().message()));
+  auto sizes = ServerSizes(plan.gears, f.server);
+  if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
+  const std::string gears = fmt::format("{}", fmt::join(plan.gears, ","));
+  const std::string server_sizes = fmt::format("{}", fmt::join(*sizes, ","));
+  std::fprintf(stderr, "gearbox plan: %s: %zu gears %s (padding waste %.2f%%) -> %s: %s\n",
+               f.dim.c_str(), plan.gears.size(), gears.c_str(), 100.0 * plan.waste(),
+               std::string(ServerKindName(f.server.server)).c_str(), server_sizes.c_str());
+  if (f.dim != "BATCHSIZE") {
+    std::fprintf(stderr,
+                 "gearbox plan: warning: the servers' lists count sequences per batch; --dim %s "
+                 "is not BATCHSIZE\n",
+                 f.dim.c_str());
+  }
+  std::fputs(text->c_str(), stdout);
+  return 0;
+}
+
 int RunPlan(PlanFlags f) {
+  if (auto s = CheckEmitFlags(f); !s.ok()) return Fail(std::string(s.message()));
   if (!f.joint.empty()) return RunJoint(f);
   if (f.dim.empty()) return Fail("--dim is required (or --joint A,B with --graphs G)");
   if ((f.gears > 0) == (f.budget > 0)) return Fail("give exactly one of --gears K and --budget N");
@@ -106,15 +181,9 @@ int RunPlan(PlanFlags f) {
     return Fail(fmt::format("--dim: \"{}\" is not a column of {}; columns: {}", f.dim, f.trace,
                             fmt::join(trace->dimensions, ", ")));
   }
-  bool splittable = DefaultSplittable(f.dim);
-  if (f.splittable == "true") {
-    splittable = true;
-  } else if (f.splittable == "false") {
-    splittable = false;
-  } else if (f.splittable != "auto") {
-    return Fail(
-        fmt::format("--splittable: \"{}\" is not allowed; true, false or auto", f.splittable));
-  }
+  auto split = Splittable(f);
+  if (!split.ok()) return Fail(std::string(split.status().message()));
+  const bool splittable = *split;
   if (!f.weights.empty()) {
     std::stringstream in(f.weights);
     std::string item;
@@ -149,6 +218,7 @@ int RunPlan(PlanFlags f) {
     if (!m.ok()) return Fail(std::string(m.status().message()));
     methods = {*m};
   }
+  std::vector<GearPlan> plans;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   std::string text = fmt::format("{}: {} requests, sizes {}..{}\n", f.dim, trace->rows(),
                                  hist.values.front(), hist.values.back());
@@ -185,6 +255,7 @@ int RunPlan(PlanFlags f) {
                  {"total", cost.total}};
     j["search"] = plan.search;
     all.push_back(j);
+    plans.push_back(plan);
     text += fmt::format(
         "  {:<9} {:>3} gears  waste {:>7.2f}%  cost {:>10.3f} (compile {:.1f} s, padding {:.2f} s, "
         "memory {:.3f} GiB)\n    {}\n",
@@ -200,6 +271,7 @@ int RunPlan(PlanFlags f) {
           j["method"].get<std::string>().c_str(), j["gears"].size(), kMaxGearsPerDimension);
     }
   }
+  if (!f.emit.empty()) return EmitPlan(f, plans.front());
   if (f.json) {
     std::printf("%s\n", (all.size() == 1 ? all[0] : all).dump().c_str());
   } else {
@@ -241,6 +313,23 @@ Command AddPlanCommand(CLI::App& app) {
   cmd->add_option("--weights", f->weights,
                   "cost model: alpha,beta,gamma (compile, padding runtime, memory)");
   cmd->add_flag("--json", f->json, "print JSON");
+  cmd->add_option("--emit", f->emit,
+                  "print the plan as vllm, sglang or trtllm configuration (stdout: that alone)");
+  cmd->add_option("--vllm-syntax", f->vllm_syntax,
+                  "with --emit vllm: compilation-config (default) or cuda-graph-sizes");
+  cmd->add_option("--max-num-seqs,--max-running-requests,--max-batch-size",
+                  f->server.max_num_seqs,
+                  "with --emit: the server's most sequences per batch (vLLM --max-num-seqs, "
+                  "SGLang --max-running-requests, TensorRT-LLM --max_batch_size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--max-num-batched-tokens", f->server.max_num_batched_tokens,
+                  "with --emit vllm: vLLM's --max-num-batched-tokens")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--speculative-tokens", f->server.speculative_tokens,
+                  "with --emit vllm: num_speculative_tokens (sizes become B x (1 + N) tokens)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1024}));
+  cmd->add_flag("--clip-to-max", f->server.clip_to_max,
+                "with --emit: drop sizes above the server's cap and add the cap (else an error)");
   return [f] { return RunPlan(*f); };
 }
 
