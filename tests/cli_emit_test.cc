@@ -93,6 +93,9 @@ TEST_F(CliEmit, EachServerGetsOnlyItsConfigurationOnStdout) {
   const ToolRun flag = Plan("--gears 4 --emit vllm --vllm-syntax cuda-graph-sizes");
   ASSERT_EQ(flag.code, 0) << flag.err;
   EXPECT_EQ(flag.out, "--cuda-graph-sizes " + space + "\n");
+  const ToolRun newer = Plan("--gears 4 --emit vllm --vllm-syntax cudagraph-capture-sizes");
+  ASSERT_EQ(newer.code, 0) << newer.err;
+  EXPECT_EQ(newer.out, "--cudagraph-capture-sizes " + space + "\n");
   const ToolRun sglang = Plan("--gears 4 --emit sglang");
   ASSERT_EQ(sglang.code, 0) << sglang.err;
   EXPECT_EQ(sglang.out, "--cuda-graph-bs " + space + "\n");
@@ -143,7 +146,10 @@ TEST_F(CliEmit, BadInputExitsTwoNamingTheFlag) {
   const Case cases[] = {
       {"--gears 4 --emit tgi", "--emit: \"tgi\" is not allowed; vllm, sglang or trtllm"},
       {"--gears 4 --emit vllm --vllm-syntax yaml",
-       "--vllm-syntax: \"yaml\" is not allowed; compilation-config or cuda-graph-sizes"},
+       "--vllm-syntax: \"yaml\" is not allowed; compilation-config, cuda-graph-sizes or "
+       "cudagraph-capture-sizes"},
+      {"--gears 4 --emit sglang --vllm-syntax cuda-graph-sizes",
+       "--vllm-syntax cuda-graph-sizes applies to --emit vllm only"},
       {"--gears 4 --emit vllm --compare", "--emit prints one plan; drop --compare"},
       {"--gears 4 --emit vllm --joint A,B --graphs 4", "--emit plans one dimension; drop --joint"},
       {"--gears 4 --emit vllm --json", "--emit and --json both set stdout's format"},

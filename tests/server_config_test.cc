@@ -42,11 +42,12 @@ TEST(ServerKind, NamesRoundTripAndUnknownNamesListTheAllowedOnes) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "--emit: \"tgi\" is not allowed; vllm, sglang or trtllm");
   EXPECT_THAT(ParseServerKind("VLLM", "server").status().message(), HasSubstr("server: \"VLLM\""));
-  for (VllmSyntax s : {VllmSyntax::kCompilationConfig, VllmSyntax::kCudaGraphSizes}) {
+  for (VllmSyntax s : {VllmSyntax::kCompilationConfig, VllmSyntax::kCudaGraphSizes,
+                       VllmSyntax::kCudagraphCaptureSizes}) {
     EXPECT_EQ(*ParseVllmSyntax(VllmSyntaxName(s)), s);
   }
   EXPECT_THAT(ParseVllmSyntax("json").status().message(),
-              HasSubstr("compilation-config or cuda-graph-sizes"));
+              HasSubstr("compilation-config, cuda-graph-sizes or cudagraph-capture-sizes"));
 }
 
 TEST(EmitServerConfig, EachServerInItsOwnSyntax) {
@@ -56,6 +57,8 @@ TEST(EmitServerConfig, EachServerInItsOwnSyntax) {
   ServerConfigOptions flag = For(ServerKind::kVllm);
   flag.vllm_syntax = VllmSyntax::kCudaGraphSizes;
   EXPECT_EQ(Emit(gears, flag), "--cuda-graph-sizes 1 2 4 8 24\n");
+  flag.vllm_syntax = VllmSyntax::kCudagraphCaptureSizes;
+  EXPECT_EQ(Emit(gears, flag), "--cudagraph-capture-sizes 1 2 4 8 24\n");
   EXPECT_EQ(Emit(gears, For(ServerKind::kSglang)), "--cuda-graph-bs 1 2 4 8 24\n");
   // Padding on: a batch between two sizes runs the next larger graph, as gears do.
   EXPECT_EQ(Emit(gears, For(ServerKind::kTrtllm)),
@@ -156,7 +159,10 @@ TEST(EmitServerConfig, OneVllmCudaGraphSizesValueIsRefused) {
   ServerConfigOptions o = For(ServerKind::kVllm);
   o.vllm_syntax = VllmSyntax::kCudaGraphSizes;
   EXPECT_THAT(ErrorOf({64}, o), AllOf(HasSubstr("--vllm-syntax: cuda-graph-sizes with one size"),
-                                      HasSubstr("use --vllm-syntax compilation-config")));
+                                      HasSubstr("use --vllm-syntax cudagraph-capture-sizes")));
+  // Newer vLLM takes the list as given, whatever its length.
+  o.vllm_syntax = VllmSyntax::kCudagraphCaptureSizes;
+  EXPECT_EQ(Emit({64}, o), "--cudagraph-capture-sizes 64\n");
   o.vllm_syntax = VllmSyntax::kCompilationConfig;
   EXPECT_EQ(Emit({64}, o), "--compilation-config '{\"cudagraph_capture_sizes\": [64]}'\n");
 }

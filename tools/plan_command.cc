@@ -121,6 +121,10 @@ absl::Status CheckEmitFlags(PlanFlags& f) {
   if (!syntax.ok()) return syntax.status();
   f.server.server = *server;
   f.server.vllm_syntax = *syntax;
+  if (*server != ServerKind::kVllm && *syntax != VllmSyntax::kCompilationConfig) {
+    return absl::InvalidArgumentError(
+        fmt::format("--vllm-syntax {} applies to --emit vllm only", f.vllm_syntax));
+  }
   if (!f.joint.empty()) {
     return absl::InvalidArgumentError("--emit plans one dimension; drop --joint");
   }
@@ -316,7 +320,8 @@ Command AddPlanCommand(CLI::App& app) {
   cmd->add_option("--emit", f->emit,
                   "print the plan as vllm, sglang or trtllm configuration (stdout: that alone)");
   cmd->add_option("--vllm-syntax", f->vllm_syntax,
-                  "with --emit vllm: compilation-config (default) or cuda-graph-sizes");
+                  "with --emit vllm: compilation-config (default), cuda-graph-sizes or "
+                  "cudagraph-capture-sizes");
   cmd->add_option("--max-num-seqs,--max-running-requests,--max-batch-size",
                   f->server.max_num_seqs,
                   "with --emit: the server's most sequences per batch (vLLM --max-num-seqs, "

@@ -29,12 +29,14 @@ std::string_view ServerKindName(ServerKind server);  // "vllm", "sglang", "trtll
 absl::StatusOr<ServerKind> ParseServerKind(std::string_view name,
                                            std::string_view field = "--emit");
 
-// vLLM's two spellings of the same list.
+// vLLM's spellings of the same list.
 enum class VllmSyntax {
-  kCompilationConfig,  // --compilation-config '{"cudagraph_capture_sizes": [...]}' (any vLLM V1)
-  kCudaGraphSizes,     // --cuda-graph-sizes 1 2 4 (vLLM 0.9 .. 0.12; deprecated from 0.11.1)
+  kCompilationConfig,      // --compilation-config '{"cudagraph_capture_sizes": [...]}' (V1, >= 0.7)
+  kCudaGraphSizes,         // --cuda-graph-sizes 1 2 4 (vLLM 0.9 .. 0.12; deprecated from 0.11.1)
+  kCudagraphCaptureSizes,  // --cudagraph-capture-sizes 1 2 4 (vLLM >= 0.11.1)
 };
-std::string_view VllmSyntaxName(VllmSyntax syntax);  // "compilation-config", "cuda-graph-sizes"
+// "compilation-config", "cuda-graph-sizes", "cudagraph-capture-sizes"
+std::string_view VllmSyntaxName(VllmSyntax syntax);
 absl::StatusOr<VllmSyntax> ParseVllmSyntax(std::string_view name,
                                            std::string_view field = "--vllm-syntax");
 

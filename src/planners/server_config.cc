@@ -157,7 +157,7 @@ absl::Status CheckVllmSyntax(std::span<const int64_t> sizes, const ServerConfigO
       "--vllm-syntax", "cuda-graph-sizes with one size",
       Cat("two or more sizes: vLLM 0.9 to 0.11.0 read a single --cuda-graph-sizes ", sizes[0],
           " as the ladder 1, 2, 4, 8, 16, 24, ... up to ", sizes[0],
-          "; use --vllm-syntax compilation-config"));
+          "; use --vllm-syntax cudagraph-capture-sizes (vLLM >= 0.11.1) or compilation-config"));
 }
 
 std::string JoinSizes(std::span<const int64_t> sizes, std::string_view separator) {
@@ -186,14 +186,24 @@ absl::StatusOr<ServerKind> ParseServerKind(std::string_view name, std::string_vi
 }
 
 std::string_view VllmSyntaxName(VllmSyntax syntax) {
-  return syntax == VllmSyntax::kCudaGraphSizes ? "cuda-graph-sizes" : "compilation-config";
+  switch (syntax) {
+    case VllmSyntax::kCompilationConfig:
+      return "compilation-config";
+    case VllmSyntax::kCudaGraphSizes:
+      return "cuda-graph-sizes";
+    case VllmSyntax::kCudagraphCaptureSizes:
+      return "cudagraph-capture-sizes";
+  }
+  return "compilation-config";
 }
 
 absl::StatusOr<VllmSyntax> ParseVllmSyntax(std::string_view name, std::string_view field) {
-  for (VllmSyntax s : {VllmSyntax::kCompilationConfig, VllmSyntax::kCudaGraphSizes}) {
+  for (VllmSyntax s : {VllmSyntax::kCompilationConfig, VllmSyntax::kCudaGraphSizes,
+                       VllmSyntax::kCudagraphCaptureSizes}) {
     if (name == VllmSyntaxName(s)) return s;
   }
-  return InvalidField(field, Cat("\"", name, "\""), "compilation-config or cuda-graph-sizes");
+  return InvalidField(field, Cat("\"", name, "\""),
+                      "compilation-config, cuda-graph-sizes or cudagraph-capture-sizes");
 }
 
 absl::StatusOr<std::vector<int64_t>> ServerSizes(std::span<const int64_t> gears,
@@ -221,8 +231,8 @@ absl::StatusOr<std::string> EmitServerConfig(std::span<const int64_t> gears,
   if (auto s = CheckVllmSyntax(*sizes, options); !s.ok()) return s;
   switch (options.server) {
     case ServerKind::kVllm:
-      if (options.vllm_syntax == VllmSyntax::kCudaGraphSizes) {
-        return Cat("--cuda-graph-sizes ", JoinSizes(*sizes, " "), "\n");
+      if (options.vllm_syntax != VllmSyntax::kCompilationConfig) {
+        return Cat("--", VllmSyntaxName(options.vllm_syntax), " ", JoinSizes(*sizes, " "), "\n");
       }
       return Cat("--compilation-config '{\"cudagraph_capture_sizes\": [", JoinSizes(*sizes, ", "),
                  "]}'\n");
