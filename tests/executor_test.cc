@@ -141,9 +141,9 @@ struct Fixture {
     o.clock = &clock;
     o.pool = &pool;
     o.start_worker = false;
-    o.scheme = scheme;
-    o.combinations = std::move(combinations);
-    o.cover_ratio = cover_ratio;
+    o.combination_spec.scheme = scheme;
+    o.combination_spec.combinations = std::move(combinations);
+    o.combination_spec.cover_ratio = cover_ratio;
     runtime = *AdaptiveGearRuntime::Create(
         {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {4, 8}, false, true}}, o);
     executor = *GearedExecutor::Create(runtime.get(), &backend, {});

@@ -234,8 +234,8 @@ TEST(Replay, ReplanPlansAtTheFirstWarmUpCheckWithEnoughTraffic) {
 TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {
   RuntimeConfig c;
   c.dims = {{"BATCHSIZE", {2, 4}, true, false}, {"SEQLEN", {8, 16}, false, false}};
-  c.scheme = GearScheme::kJoint;
-  c.combinations = {{4, 16}};  // one graph; cover_ratio 4
+  c.combination_spec.scheme = GearScheme::kJoint;
+  c.combination_spec.combinations = {{4, 16}};  // one graph; cover_ratio 4
   Trace t;
   t.dimensions = {"BATCHSIZE", "SEQLEN"};
   t.time = {0, 1, 2, 3};
@@ -252,7 +252,7 @@ TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {
   EXPECT_EQ(joint->scheme, GearScheme::kJoint);
   EXPECT_THAT(ReplayResultJson(*joint), HasSubstr("\"scheme\": \"joint\""));
 
-  c.scheme = GearScheme::kSparse;  // only the cell 4 x 16 itself is compiled
+  c.combination_spec.scheme = GearScheme::kSparse;  // only the cell 4 x 16 itself is compiled
   auto sparse = Replay(c, t, o);
   ASSERT_TRUE(sparse.ok()) << sparse.status();
   EXPECT_DOUBLE_EQ(sparse->padded_volume, 16 + 64 + 5 + 32);  // the others run uncompiled, exactly
@@ -280,11 +280,11 @@ TEST(Replay, ScalingATraceDownKeepsItsEconomics) {
   RuntimeConfig c = SeqConfig({1, 8, 1024});
   c.replan.cost.runtime_exponent = 2;
   c.replan.cost.memory_bytes_per_unit = 10;
-  c.scheme = GearScheme::kJoint;
-  c.combinations = {{1024, 9}};
+  c.combination_spec.scheme = GearScheme::kJoint;
+  c.combination_spec.combinations = {{1024, 9}};
   const RuntimeConfig s = ScaleConfigGears(c, 8);
   EXPECT_THAT(s.dims[0].gears, ElementsAre(1, 128));  // 8 -> 1 merges with 1
-  EXPECT_EQ(s.combinations[0], (GearCombination{128, 2}));
+  EXPECT_EQ(s.combination_spec.combinations[0], (GearCombination{128, 2}));
   EXPECT_DOUBLE_EQ(s.replan.cost.seconds_per_unit, c.replan.cost.seconds_per_unit * 64);
   EXPECT_DOUBLE_EQ(s.replan.cost.memory_bytes_per_unit, 80);
   EXPECT_DOUBLE_EQ(s.replan.cost.compile_seconds, c.replan.cost.compile_seconds);

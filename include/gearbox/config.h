@@ -52,12 +52,10 @@ struct RuntimeConfig {
   std::vector<DimensionSpec> dims;
   AdaptiveOptions adaptive;
   ReplanOptions replan;  // the "replan" section (used by the replan policy)
-  // "scheme" (default "independent") and the initial "combinations" of a
-  // joint or sparse gear set (gear_set.h; empty: every cell of the gears).
-  GearScheme scheme = GearScheme::kIndependent;
-  std::vector<GearCombination> combinations;
-  double cover_ratio =
-      CombinationSpec{}.cover_ratio;  // "cover_ratio" (joint; a number, or null: any)
+  // "scheme" (default "independent"), the initial "combinations" of a joint
+  // or sparse gear set (empty: every cell of the gears) and "cover_ratio"
+  // (joint; a number, or null: any) (gear_set.h).
+  CombinationSpec combination_spec;
   std::optional<MemoryModel> memory_model;
 };
 

@@ -50,14 +50,11 @@ struct RuntimeOptions {
   UpdatePolicy policy = UpdatePolicy::kReplan;
   ReplanOptions replan;  // used with UpdatePolicy::kReplan
   // Which gear combinations are compiled graphs (gear_set.h, seeds/001
-  // §17.5.3). Joint and sparse need two dimensions and the replan policy
-  // (which decides the combinations from the window's variant shapes);
-  // `combinations` are the initial ones, empty meaning every cell of the
-  // initial gears.
-  GearScheme scheme = GearScheme::kIndependent;
-  std::vector<GearCombination> combinations;
-  double cover_ratio =
-      CombinationSpec{}.cover_ratio;  // joint: how much larger than a cell its graph may be
+  // §17.5.3): the scheme, the initial combinations (empty: every cell of the
+  // initial gears) and, for joint, how much larger than a cell its graph may
+  // be. Joint and sparse need two dimensions and the replan policy (which
+  // decides the combinations from the window's variant shapes).
+  CombinationSpec combination_spec;
   // Time source; null means SystemClock::Default(). Not owned.
   Clock* clock = nullptr;
   // Memory usage source; null disables memory-pressure handling. Not owned.

@@ -101,7 +101,7 @@ RuntimeConfig ScaleConfigGears(const RuntimeConfig& config, double factor) {
     for (int64_t& g : d.gears) g = ScaleDown(g, factor);
     d.gears.erase(std::unique(d.gears.begin(), d.gears.end()), d.gears.end());
   }
-  for (GearCombination& c : out.combinations) {
+  for (GearCombination& c : out.combination_spec.combinations) {
     for (int64_t& g : c) g = ScaleDown(g, factor);
   }
   // A unit now stands for `factor` of the trace's: the replan policy's cost
