@@ -11,6 +11,7 @@
 namespace gearbox {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // y = 3x + 1 elementwise on [B, S, C]: padding and splitting must not change it.
@@ -365,6 +366,23 @@ TEST(Executor, SignatureMustBindEveryDimension) {
                                          o);
   AffineBackend backend(&shared);
   EXPECT_THAT(GearedExecutor::Create(rt.get(), &backend).status().message(), HasSubstr("EXTRA"));
+}
+
+TEST(BackendRegistry, NamesListsTheRegisteredBackendsInOrder) {
+  BackendRegistry registry;
+  EXPECT_TRUE(registry.Names().empty());
+  Shared shared;
+  auto factory = [&shared](const BackendParams&) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    return std::make_unique<AffineBackend>(&shared);
+  };
+  ASSERT_TRUE(registry.Register("zeta", factory).ok());
+  ASSERT_TRUE(registry.Register("alpha", factory).ok());
+  EXPECT_THAT(registry.Names(), ElementsAre("alpha", "zeta"));
+  EXPECT_THAT(registry.Register("zeta", factory).message(), HasSubstr("not registered yet"));
+  EXPECT_THAT(registry.Create("beta", {}).status().message(), HasSubstr("one of: alpha, zeta"));
+  auto backend = registry.Create("alpha", {});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "affine");
 }
 
 TEST(Executor, PoolBudgetProbeReadsThePool) {

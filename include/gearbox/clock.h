@@ -61,8 +61,6 @@ class ManualClock final : public Clock {
   bool SleepUntil(double deadline, WakeSignal* signal) override;
   void Set(double seconds);
   void Advance(double seconds) { Set(NowSeconds() + seconds); }
-  // Threads sleeping right now.
-  int SleepersForTesting() const;
   // Blocks until at least `n` threads sleep on this clock (tests use it to
   // know a worker is parked before moving time).
   void WaitForSleepersForTesting(int n) const;

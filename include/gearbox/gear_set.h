@@ -111,7 +111,6 @@ class GearSet {
 
   std::span<const int64_t> gears(int d) const { return dimensions_[d].gears; }
   int64_t max_gear(int d) const { return lookup_[static_cast<size_t>(d)].max_gear; }
-  int64_t min_gear(int d) const { return dimensions_[d].gears.front(); }
   bool Contains(int d, int64_t gear) const;
   // The gear a raw size maps to: the smallest gear >= raw (the smallest gear
   // for any raw at or below it). Returns -1 when raw exceeds the largest gear.

@@ -36,9 +36,6 @@ class GearUpdateWorker {
   void Stop();
   bool running() const { return running_.load(std::memory_order_acquire); }
 
-  // Asks the thread to fold recorded events now.
-  void WakeToFold() { signal_.Notify(); }
-
   // One check at `now`, exactly as the thread runs it (trigger, update,
   // exception handling). Callable without the thread.
   void CheckOnce(double now);
