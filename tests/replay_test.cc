@@ -6,6 +6,7 @@
 #include "gearbox/executed_replay.h"
 #include "gearbox/replay_summary.h"
 #include "nlohmann/json.hpp"
+#include "src/sim/replay_schedule.h"
 #include "tests/replay_fixtures.h"
 
 namespace gearbox {
@@ -270,6 +271,43 @@ TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {
   o.scheme = GearScheme::kJoint;
   o.policy = UpdatePolicy::kAdaptive;
   EXPECT_THAT(Replay(c, t, o).status().message(), HasSubstr("need the replan or static policy"));
+}
+
+TEST(Replay, RunsTheRuntimeWithTheRuntimesOwnDefaults) {
+  // One default each, shared by the runtime, both replays and the CLI.
+  const RuntimeOptions runtime;
+  EXPECT_EQ(runtime.policy, kDefaultUpdatePolicy);
+  EXPECT_EQ(ReplayRunOptions{}.policy, kDefaultUpdatePolicy);
+  EXPECT_EQ(ExecutedReplayOptions{}.policy, kDefaultUpdatePolicy);
+  EXPECT_EQ(ReplayOptions{}.max_updates, kMaxReplayUpdates);
+  EXPECT_EQ(ExecutedReplayOptions{}.max_updates, kMaxReplayUpdates);
+  RuntimeConfig c = SeqConfig({8, 16});
+  c.combination_spec.cover_ratio = 2.0;
+  ManualClock clock(0.0);
+  GraphResourcePool pool;
+  const RuntimeOptions replay =
+      internal::ReplayRuntimeOptions(c, ReplayRunOptions{}, &clock, &pool);
+  EXPECT_EQ(replay.policy, runtime.policy);
+  EXPECT_EQ(replay.event_buffer_events, runtime.event_buffer_events);
+  EXPECT_EQ(replay.combination_spec.scheme, GearScheme::kIndependent);
+  EXPECT_EQ(replay.combination_spec.cover_ratio, 2.0);  // the config's
+}
+
+TEST(Replay, ASchemeOverrideStartsFromEveryCellAndKeepsTheConfigsCoverRatio) {
+  RuntimeConfig c;
+  c.dims = {{"BATCHSIZE", {2, 4}, true, false}, {"SEQLEN", {8, 16}, false, false}};
+  c.combination_spec = {GearScheme::kJoint, {{4, 16}}, 3.0};
+  ManualClock clock(0.0);
+  GraphResourcePool pool;
+  ReplayRunOptions run;
+  run.scheme = GearScheme::kJoint;  // the config's own: its combinations are kept
+  RuntimeOptions ro = internal::ReplayRuntimeOptions(c, run, &clock, &pool);
+  EXPECT_THAT(ro.combination_spec.combinations, ElementsAre(GearCombination{4, 16}));
+  run.scheme = GearScheme::kSparse;  // another: every cell of the initial gears
+  ro = internal::ReplayRuntimeOptions(c, run, &clock, &pool);
+  EXPECT_EQ(ro.combination_spec.scheme, GearScheme::kSparse);
+  EXPECT_TRUE(ro.combination_spec.combinations.empty());
+  EXPECT_EQ(ro.combination_spec.cover_ratio, 3.0);
 }
 
 TEST(Replay, ScalingATraceDownKeepsItsEconomics) {

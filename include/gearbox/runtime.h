@@ -44,10 +44,10 @@ class GearUpdateWorker;
 
 struct RuntimeOptions {
   AdaptiveOptions adaptive;
-  // The default is kReplan: on every real trace we replayed it wastes a
-  // fraction of the seed policy's padding at a bounded compile rate
-  // (docs/PERFORMANCE.md, "Choosing the default policy").
-  UpdatePolicy policy = UpdatePolicy::kReplan;
+  // kDefaultUpdatePolicy (kReplan), as in replays and the CLI: on every real
+  // trace we replayed it wastes a fraction of the seed policy's padding at a
+  // bounded compile rate (docs/PERFORMANCE.md, "Choosing the default policy").
+  UpdatePolicy policy = kDefaultUpdatePolicy;
   ReplanOptions replan;  // used with UpdatePolicy::kReplan
   // Which gear combinations are compiled graphs (gear_set.h, seeds/001
   // §17.5.3): the scheme, the initial combinations (empty: every cell of the

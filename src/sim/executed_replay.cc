@@ -130,7 +130,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   ExecutedReplayResult result;
   result.policy = internal::ReplayRunName(options);
   ManualClock clock(t0);
-  GraphResourcePool pool(PoolOptions{5, [](LogLevel, std::string_view) {}});
+  GraphResourcePool pool(PoolOptions{.log = [](LogLevel, std::string_view) {}});
   PoolBudgetMemoryProbe budget(&pool, options.memory_budget_bytes);
   RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &clock, &pool);
   if (options.memory_budget_bytes > 0) ro.memory_probe = &budget;
