@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "gearbox/clock.h"
+#include "gearbox/export.h"
 #include "gearbox/gear_set.h"
 #include "gearbox/log.h"
 #include "gearbox/memory_probe.h"
@@ -108,7 +109,7 @@ struct RuntimeCounters {
   uint64_t stats_memory_bytes = 0;    // window statistics, all gears
 };
 
-class AdaptiveGearRuntime {
+class GEARBOX_EXPORT AdaptiveGearRuntime {
  public:
   static absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> Create(
       std::vector<DimensionSpec> dimensions, RuntimeOptions options);

@@ -19,12 +19,13 @@
 #include <thread>
 
 #include "gearbox/clock.h"
+#include "gearbox/export.h"
 
 namespace gearbox {
 
 class AdaptiveGearRuntime;
 
-class GearUpdateWorker {
+class GEARBOX_EXPORT GearUpdateWorker {
  public:
   explicit GearUpdateWorker(AdaptiveGearRuntime* runtime);
   ~GearUpdateWorker();  // Stop()
