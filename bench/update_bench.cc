@@ -33,7 +33,8 @@ struct Loaded {
   explicit Loaded(bool frozen, bool replan = false, GearScheme scheme = GearScheme::kIndependent) {
     RuntimeOptions o;
     o.policy = replan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
-    o.scheme = scheme;  // joint: every cell of the 64 x 64 grid compiled to start with
+    o.combination_spec.scheme =
+        scheme;  // joint: every cell of the 64 x 64 grid compiled to start with
     // Replan, frozen: compiles cost more than anything gains, so every run
     // plans (the DP over the window) and examines every move, and changes nothing.
     if (replan && frozen) o.replan.cost.compile_seconds = 1e9;

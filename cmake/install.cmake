@@ -2,11 +2,19 @@
 #   cmake --install build --prefix /opt/gearbox
 #   find_package(gearbox CONFIG REQUIRED)     # with CMAKE_PREFIX_PATH=/opt/gearbox
 #   target_link_libraries(app PRIVATE gearbox::gearbox gearbox::backends)
+# The same two targets name the static layers or, built with -DGEARBOX_SHARED=ON,
+# libgearbox.so (which holds the backends too).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(GEARBOX_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/gearbox)
-install(TARGETS gearbox ${GEARBOX_LAYERS}
+if(GEARBOX_SHARED)
+  # libgearbox.so (gearbox::gearbox) and gearbox::backends, which names it too.
+  set(installed_targets gearbox_shared gearbox_shared_backends)
+else()
+  set(installed_targets gearbox ${GEARBOX_LAYERS})
+endif()
+install(TARGETS ${installed_targets}
         EXPORT gearboxTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

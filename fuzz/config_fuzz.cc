@@ -13,8 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (config.status().message().empty()) __builtin_trap();  // errors always say why
     return 0;
   }
-  const gearbox::CombinationSpec spec = gearbox::InitialCombinations(
-      config->dims, {config->scheme, config->combinations, config->cover_ratio});
+  const gearbox::CombinationSpec spec =
+      gearbox::InitialCombinations(config->dims, config->combination_spec);
   if (!gearbox::GearSet::Create(config->dims, 1, 0.0, spec).ok()) __builtin_trap();
   if (!gearbox::ValidateAdaptiveOptions(config->adaptive).ok()) __builtin_trap();
   if (!gearbox::ValidateReplanOptions(config->replan).ok()) __builtin_trap();

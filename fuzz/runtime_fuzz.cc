@@ -42,8 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Any policy and gear scheme (joint and sparse need the replan policy).
     o.policy = in.ConsumeBool() ? gearbox::UpdatePolicy::kReplan : gearbox::UpdatePolicy::kAdaptive;
     if (o.policy == gearbox::UpdatePolicy::kReplan) {
-      o.scheme = static_cast<gearbox::GearScheme>(in.ConsumeIntegralInRange<int>(0, 2));
-      o.cover_ratio = in.ConsumeFloatingPointInRange<double>(1.0, 20.0);
+      o.combination_spec.scheme =
+          static_cast<gearbox::GearScheme>(in.ConsumeIntegralInRange<int>(0, 2));
+      o.combination_spec.cover_ratio = in.ConsumeFloatingPointInRange<double>(1.0, 20.0);
       o.replan.min_gear_lifetime_seconds = in.ConsumeIntegralInRange<int>(0, 4000);
       o.replan.cost.compile_seconds = in.ConsumeFloatingPointInRange<double>(0.0, 5.0);
     }

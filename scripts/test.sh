@@ -2,8 +2,10 @@
 # The whole test suite: installs what is missing, then
 #  0. clang-format-14: every C++ file formatted (scripts/check-format.sh);
 #  1. g++, Release, warnings as errors, each layer linked alone (the layering
-#     check): every test; then the installed CMake package, used by a project
-#     outside the tree and by every C++ example of the README (scripts/check-consumer.sh);
+#     check), GEARBOX_SHARED (libgearbox.so from the same objects): every test
+#     (on the static layers); then the installed CMake package (the shared
+#     library), used by a project outside the tree and by every C++ example of
+#     the README (scripts/check-consumer.sh);
 #  2. clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer and
 #     -Wthread-safety (warnings as errors): every test, then each libFuzzer
 #     harness for FUZZ_SECONDS (default 20) from its seed corpus;
@@ -24,7 +26,7 @@ stage "clang-format"
 scripts/check-format.sh
 
 stage "g++: build and test"
-scripts/build.sh
+scripts/build.sh -DGEARBOX_SHARED=ON
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 stage "installed package: consumer project and README examples"

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "gearbox/replay.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -91,6 +92,20 @@ TEST_F(Cli, ReplayWritesDecisionsSummaryAndPlot) {
   }
   EXPECT_GT(lines, 0);
   EXPECT_GT(fs::file_size(P("p.png")), 1000u);
+}
+
+TEST_F(Cli, ReplayDefaultsAreTheLibrarysDefaults) {
+  const std::string policy(gearbox::UpdatePolicyName(gearbox::kDefaultUpdatePolicy));
+  const ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+                         " --summary " + P("s.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream summary(P("s.json"));
+  const auto j = nlohmann::json::parse(summary);
+  EXPECT_EQ(j["policy"], policy);  // one policy: the summary is its figures
+  const ToolRun help = Tool("replay --help");
+  EXPECT_THAT(help.output, HasSubstr("(default " + policy + ")"));
+  EXPECT_THAT(help.output,
+              HasSubstr("(default " + std::to_string(gearbox::kMaxReplayUpdates) + ")"));
 }
 
 TEST_F(Cli, ReplayComparesGearSchemesOnTwoDimensions) {

@@ -65,14 +65,16 @@ TEST(Config, ParsesJointGearSets) {
     "scheme": "joint", "combinations": [[64, 4096], [8, 512]], "cover_ratio": null
   })");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->scheme, GearScheme::kJoint);
-  EXPECT_THAT(c->combinations, ElementsAre(GearCombination{64, 4096}, GearCombination{8, 512}));
-  EXPECT_TRUE(std::isinf(c->cover_ratio));
+  EXPECT_EQ(c->combination_spec.scheme, GearScheme::kJoint);
+  EXPECT_THAT(c->combination_spec.combinations,
+              ElementsAre(GearCombination{64, 4096}, GearCombination{8, 512}));
+  EXPECT_TRUE(std::isinf(c->combination_spec.cover_ratio));
   auto sparse =
       ParseConfig(R"({"dims": [{"name": "A", "gears": [1, 2]}, {"name": "B", "gears": [3]}],
                                 "scheme": "sparse"})");
   ASSERT_TRUE(sparse.ok()) << sparse.status();
-  EXPECT_TRUE(sparse->combinations.empty());  // every cell, when the runtime starts
+  EXPECT_TRUE(
+      sparse->combination_spec.combinations.empty());  // every cell, when the runtime starts
 }
 
 TEST(Config, NamedLadders) {

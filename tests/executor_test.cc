@@ -11,6 +11,7 @@
 namespace gearbox {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // y = 3x + 1 elementwise on [B, S, C]: padding and splitting must not change it.
@@ -141,9 +142,9 @@ struct Fixture {
     o.clock = &clock;
     o.pool = &pool;
     o.start_worker = false;
-    o.scheme = scheme;
-    o.combinations = std::move(combinations);
-    o.cover_ratio = cover_ratio;
+    o.combination_spec.scheme = scheme;
+    o.combination_spec.combinations = std::move(combinations);
+    o.combination_spec.cover_ratio = cover_ratio;
     runtime = *AdaptiveGearRuntime::Create(
         {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {4, 8}, false, true}}, o);
     executor = *GearedExecutor::Create(runtime.get(), &backend, {});
@@ -365,6 +366,23 @@ TEST(Executor, SignatureMustBindEveryDimension) {
                                          o);
   AffineBackend backend(&shared);
   EXPECT_THAT(GearedExecutor::Create(rt.get(), &backend).status().message(), HasSubstr("EXTRA"));
+}
+
+TEST(BackendRegistry, NamesListsTheRegisteredBackendsInOrder) {
+  BackendRegistry registry;
+  EXPECT_TRUE(registry.Names().empty());
+  Shared shared;
+  auto factory = [&shared](const BackendParams&) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    return std::make_unique<AffineBackend>(&shared);
+  };
+  ASSERT_TRUE(registry.Register("zeta", factory).ok());
+  ASSERT_TRUE(registry.Register("alpha", factory).ok());
+  EXPECT_THAT(registry.Names(), ElementsAre("alpha", "zeta"));
+  EXPECT_THAT(registry.Register("zeta", factory).message(), HasSubstr("not registered yet"));
+  EXPECT_THAT(registry.Create("beta", {}).status().message(), HasSubstr("one of: alpha, zeta"));
+  auto backend = registry.Create("alpha", {});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "affine");
 }
 
 TEST(Executor, PoolBudgetProbeReadsThePool) {

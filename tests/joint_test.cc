@@ -78,8 +78,8 @@ struct JointFixture {
     RuntimeOptions o;
     o.policy = UpdatePolicy::kReplan;
     o.replan = replan;
-    o.scheme = scheme;
-    o.combinations = std::move(combinations);
+    o.combination_spec.scheme = scheme;
+    o.combination_spec.combinations = std::move(combinations);
     o.clock = &clock;
     o.memory_probe = &probe;
     o.pool = &pool;
@@ -100,7 +100,7 @@ struct JointFixture {
 TEST(Joint, NeedsTheReplanPolicyAndTwoDimensions) {
   RuntimeOptions o;
   o.policy = UpdatePolicy::kAdaptive;
-  o.scheme = GearScheme::kJoint;
+  o.combination_spec.scheme = GearScheme::kJoint;
   o.start_worker = false;
   EXPECT_THAT(AdaptiveGearRuntime::Create({{"A", {1}}, {"B", {1}}}, o).status().message(),
               HasSubstr("scheme: \"joint\""));

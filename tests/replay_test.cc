@@ -6,6 +6,7 @@
 #include "gearbox/executed_replay.h"
 #include "gearbox/replay_summary.h"
 #include "nlohmann/json.hpp"
+#include "src/sim/replay_schedule.h"
 #include "tests/replay_fixtures.h"
 
 namespace gearbox {
@@ -234,8 +235,8 @@ TEST(Replay, ReplanPlansAtTheFirstWarmUpCheckWithEnoughTraffic) {
 TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {
   RuntimeConfig c;
   c.dims = {{"BATCHSIZE", {2, 4}, true, false}, {"SEQLEN", {8, 16}, false, false}};
-  c.scheme = GearScheme::kJoint;
-  c.combinations = {{4, 16}};  // one graph; cover_ratio 4
+  c.combination_spec.scheme = GearScheme::kJoint;
+  c.combination_spec.combinations = {{4, 16}};  // one graph; cover_ratio 4
   Trace t;
   t.dimensions = {"BATCHSIZE", "SEQLEN"};
   t.time = {0, 1, 2, 3};
@@ -252,7 +253,7 @@ TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {
   EXPECT_EQ(joint->scheme, GearScheme::kJoint);
   EXPECT_THAT(ReplayResultJson(*joint), HasSubstr("\"scheme\": \"joint\""));
 
-  c.scheme = GearScheme::kSparse;  // only the cell 4 x 16 itself is compiled
+  c.combination_spec.scheme = GearScheme::kSparse;  // only the cell 4 x 16 itself is compiled
   auto sparse = Replay(c, t, o);
   ASSERT_TRUE(sparse.ok()) << sparse.status();
   EXPECT_DOUBLE_EQ(sparse->padded_volume, 16 + 64 + 5 + 32);  // the others run uncompiled, exactly
@@ -272,6 +273,43 @@ TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {
   EXPECT_THAT(Replay(c, t, o).status().message(), HasSubstr("need the replan or static policy"));
 }
 
+TEST(Replay, RunsTheRuntimeWithTheRuntimesOwnDefaults) {
+  // One default each, shared by the runtime, both replays and the CLI.
+  const RuntimeOptions runtime;
+  EXPECT_EQ(runtime.policy, kDefaultUpdatePolicy);
+  EXPECT_EQ(ReplayRunOptions{}.policy, kDefaultUpdatePolicy);
+  EXPECT_EQ(ExecutedReplayOptions{}.policy, kDefaultUpdatePolicy);
+  EXPECT_EQ(ReplayOptions{}.max_updates, kMaxReplayUpdates);
+  EXPECT_EQ(ExecutedReplayOptions{}.max_updates, kMaxReplayUpdates);
+  RuntimeConfig c = SeqConfig({8, 16});
+  c.combination_spec.cover_ratio = 2.0;
+  ManualClock clock(0.0);
+  GraphResourcePool pool;
+  const RuntimeOptions replay =
+      internal::ReplayRuntimeOptions(c, ReplayRunOptions{}, &clock, &pool);
+  EXPECT_EQ(replay.policy, runtime.policy);
+  EXPECT_EQ(replay.event_buffer_events, runtime.event_buffer_events);
+  EXPECT_EQ(replay.combination_spec.scheme, GearScheme::kIndependent);
+  EXPECT_EQ(replay.combination_spec.cover_ratio, 2.0);  // the config's
+}
+
+TEST(Replay, ASchemeOverrideStartsFromEveryCellAndKeepsTheConfigsCoverRatio) {
+  RuntimeConfig c;
+  c.dims = {{"BATCHSIZE", {2, 4}, true, false}, {"SEQLEN", {8, 16}, false, false}};
+  c.combination_spec = {GearScheme::kJoint, {{4, 16}}, 3.0};
+  ManualClock clock(0.0);
+  GraphResourcePool pool;
+  ReplayRunOptions run;
+  run.scheme = GearScheme::kJoint;  // the config's own: its combinations are kept
+  RuntimeOptions ro = internal::ReplayRuntimeOptions(c, run, &clock, &pool);
+  EXPECT_THAT(ro.combination_spec.combinations, ElementsAre(GearCombination{4, 16}));
+  run.scheme = GearScheme::kSparse;  // another: every cell of the initial gears
+  ro = internal::ReplayRuntimeOptions(c, run, &clock, &pool);
+  EXPECT_EQ(ro.combination_spec.scheme, GearScheme::kSparse);
+  EXPECT_TRUE(ro.combination_spec.combinations.empty());
+  EXPECT_EQ(ro.combination_spec.cover_ratio, 3.0);
+}
+
 TEST(Replay, ScalingATraceDownKeepsItsEconomics) {
   // Executed replays divide sizes (rounding up) so a real backend runs them
   // quickly; a unit then stands for 8 of the trace's.
@@ -280,11 +318,11 @@ TEST(Replay, ScalingATraceDownKeepsItsEconomics) {
   RuntimeConfig c = SeqConfig({1, 8, 1024});
   c.replan.cost.runtime_exponent = 2;
   c.replan.cost.memory_bytes_per_unit = 10;
-  c.scheme = GearScheme::kJoint;
-  c.combinations = {{1024, 9}};
+  c.combination_spec.scheme = GearScheme::kJoint;
+  c.combination_spec.combinations = {{1024, 9}};
   const RuntimeConfig s = ScaleConfigGears(c, 8);
   EXPECT_THAT(s.dims[0].gears, ElementsAre(1, 128));  // 8 -> 1 merges with 1
-  EXPECT_EQ(s.combinations[0], (GearCombination{128, 2}));
+  EXPECT_EQ(s.combination_spec.combinations[0], (GearCombination{128, 2}));
   EXPECT_DOUBLE_EQ(s.replan.cost.seconds_per_unit, c.replan.cost.seconds_per_unit * 64);
   EXPECT_DOUBLE_EQ(s.replan.cost.memory_bytes_per_unit, 80);
   EXPECT_DOUBLE_EQ(s.replan.cost.compile_seconds, c.replan.cost.compile_seconds);

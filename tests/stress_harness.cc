@@ -100,7 +100,7 @@ StressReport RunStress(const StressConfig& config) {
     GraphResourcePool pool(PoolOptions{5, [](LogLevel, std::string_view) {}});
     RuntimeOptions o;
     o.policy = config.replan ? UpdatePolicy::kReplan : UpdatePolicy::kAdaptive;
-    o.scheme = config.scheme;
+    o.combination_spec.scheme = config.scheme;
     o.replan.cost.compile_seconds = 0.05;  // cheap compiles: the replan policy churns too
     o.replan.min_gear_lifetime_seconds = 0;
     o.replan.readd_cooldown_seconds = 0;

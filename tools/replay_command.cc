@@ -22,23 +22,23 @@ namespace {
 struct ReplayFlags {
   std::string config;
   std::string trace;
-  std::string policies = "replan";
+  std::string policies{UpdatePolicyName(kDefaultUpdatePolicy)};
   std::string schemes;  // empty: the config's
   std::string decisions;
   std::string summary;
   std::string plot;
   std::string update_at;
   bool optimum = false;
-  double bucket_seconds = 60.0;
+  double bucket_seconds = ReplayOptions{}.timeline_bucket_seconds;
   // Executed replay.
   std::string execute;
   std::vector<std::string> backend_params;
   double size_scale = 1.0;
-  size_t max_requests = 0;
+  size_t max_requests = ExecutedReplayOptions{}.max_requests;
   double memory_budget_mb = 0.0;
   // Exit 3 when a policy rejects more than this share of the requests.
   double max_reject_ratio = 0.01;
-  size_t max_updates = kMaxReplayUpdates;
+  size_t max_updates = ReplayRunOptions{}.max_updates;
 };
 
 int Fail(const absl::Status& s) {
@@ -469,7 +469,8 @@ Command AddReplayCommand(CLI::App& app) {
                   "trace CSV (t, one column per dimension, optional mem_usage)")
       ->required();
   cmd->add_option("--policy", f->policies,
-                  "replan (default), adaptive, static, or a comma-separated list");
+                  fmt::format("static, adaptive or replan (default {}), or a comma-separated list",
+                              f->policies));
   cmd->add_option(
       "--scheme", f->schemes,
       "gear scheme of two-dimensional configs: independent, joint, sparse, or a comma-separated "
@@ -481,7 +482,9 @@ Command AddReplayCommand(CLI::App& app) {
                   "run updates exactly at these trace times (comma-separated seconds)");
   cmd->add_flag("--optimum", f->optimum,
                 "also compute the offline-optimal gears at each policy's average gear count");
-  cmd->add_option("--bucket-seconds", f->bucket_seconds, "width of the waste timeline buckets")
+  cmd->add_option(
+         "--bucket-seconds", f->bucket_seconds,
+         fmt::format("width of the waste timeline buckets (default {})", f->bucket_seconds))
       ->check(NumberIn(0, 1e15, "seconds > 0", true));
   cmd->add_option(
       "--execute", f->execute,
@@ -496,11 +499,13 @@ Command AddReplayCommand(CLI::App& app) {
       ->check(NumberIn(0, 1e12, "megabytes in [0, 1e12] (0: no budget)"));
   cmd->add_option(
          "--max-updates", f->max_updates,
-         "at most this many update checks or --update-at times per replay (default 1000000)")
+         fmt::format("at most this many update checks or --update-at times per replay (default {})",
+                     f->max_updates))
       ->check(NumberIn(1, 1e12, "an integer in [1, 1e12]"));
   cmd->add_option(
       "--max-reject-ratio", f->max_reject_ratio,
-      "exit 3 when a policy rejects more than this share of the requests (default 0.01)");
+      fmt::format("exit 3 when a policy rejects more than this share of the requests (default {})",
+                  f->max_reject_ratio));
   return [f] { return RunReplay(*f); };
 }
 

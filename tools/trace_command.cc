@@ -18,8 +18,8 @@ struct ConvertFlags {
   std::string view = "prefill";
   double rate = 1.0;
   uint64_t seed = 1;
-  double step_ms = 20.0;
-  int64_t max_running = 256;
+  double step_ms = DecodeSimulation{}.step_seconds * 1000.0;
+  int64_t max_running = DecodeSimulation{}.max_running;
 };
 
 int Fail(const absl::Status& s) {
@@ -63,7 +63,8 @@ int RunConvert(const ConvertFlags& f) {
   if (f.view == "prefill") {
     trace = PrefillView(*requests);
   } else if (f.view == "decode") {
-    trace = DecodeView(*requests, {f.step_ms / 1000.0, f.max_running});
+    trace =
+        DecodeView(*requests, {.step_seconds = f.step_ms / 1000.0, .max_running = f.max_running});
   } else {
     return Fail(
         absl::InvalidArgumentError("--view: \"" + f.view + "\" is not allowed; prefill or decode"));

@@ -1,5 +1,6 @@
 // Uses the installed gearbox package: a runtime from a JSON config, one
-// request planned, run through the oneDNN backend, recorded, and one update.
+// request planned, run through the oneDNN backend, recorded, and one update;
+// then a replay of a three-row trace.
 #include <cstdio>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "gearbox/config.h"
 #include "gearbox/executor.h"
 #include "gearbox/gearbox.h"
+#include "gearbox/replay.h"
 
 int main() {
   using namespace gearbox;
@@ -38,5 +40,14 @@ int main() {
   if (!record.ok()) return 1;
   std::printf("ran [%lld, %lld] on gears; y[0] = %g; %s\n", static_cast<long long>(batch),
               static_cast<long long>(seq), y[0], UpdateRecordToJson(*record).substr(0, 60).c_str());
+
+  Trace trace;
+  trace.dimensions = {"BATCHSIZE", "SEQLEN"};
+  trace.time = {0.0, 1.0, 2.0};
+  trace.sizes = {1, 20, 3, 100, 8, 256};  // row-major: one (batch, seq) per row
+  auto replay = Replay(*config, trace, ReplayOptions{});
+  if (!replay.ok()) return std::fprintf(stderr, "%s\n", replay.status().ToString().c_str()), 1;
+  std::printf("replayed %llu requests: padding waste %.3f\n",
+              static_cast<unsigned long long>(replay->requests), replay->padding_waste);
   return 0;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 #include "gearbox/resource_pool.h"
 #include "gearbox/tensor_ops.h"
 
@@ -50,14 +51,14 @@ struct RunShape {
 // A model compiled for one gear combination. Registered in the
 // GraphResourcePool (bytes(), Release()). Run may be called from several
 // threads at once.
-class Executable : public GraphResource {
+class GEARBOX_EXPORT Executable : public GraphResource {
  public:
   // `inputs` and `outputs` follow the signature, bound axes at the gear sizes.
   virtual absl::Status Run(std::span<const DLTensor> inputs, std::span<const DLTensor> outputs,
                            const RunShape& shape) = 0;
 };
 
-class Backend {
+class GEARBOX_EXPORT Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
@@ -75,7 +76,7 @@ using BackendFactory =
     std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendParams& params)>;
 
 // Process-wide registry of backends by name. Thread-safe.
-class BackendRegistry {
+class GEARBOX_EXPORT BackendRegistry {
  public:
   BackendRegistry();
   ~BackendRegistry();
@@ -94,8 +95,8 @@ class BackendRegistry {
 };
 
 // Parses an integer parameter, or returns `fallback` when absent; errors name it.
-absl::StatusOr<int64_t> IntParam(const BackendParams& params, const std::string& key,
-                                 int64_t fallback, int64_t min, int64_t max);
+GEARBOX_EXPORT absl::StatusOr<int64_t> IntParam(const BackendParams& params, const std::string& key,
+                                                int64_t fallback, int64_t min, int64_t max);
 
 }  // namespace gearbox
 

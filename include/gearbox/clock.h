@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <memory>
 
+#include "gearbox/export.h"
+
 namespace gearbox {
 
 // Wakes a thread sleeping in Clock::SleepUntil. Owned by the sleeper.
 // Thread-safe: Notify may be called from any thread, at any time; a
 // notification that arrives while nobody sleeps is kept for the next sleep.
-class WakeSignal {
+class GEARBOX_EXPORT WakeSignal {
  public:
   WakeSignal();
   ~WakeSignal();
@@ -28,7 +30,7 @@ class WakeSignal {
   std::unique_ptr<State> state_;
 };
 
-class Clock {
+class GEARBOX_EXPORT Clock {
  public:
   virtual ~Clock() = default;
   // Seconds; the epoch is the clock's own (Unix time for SystemClock).
@@ -42,7 +44,7 @@ class Clock {
 
 // Wall-clock time (Unix seconds, CLOCK_REALTIME_COARSE: resolution of a few
 // milliseconds); sleeps use real time.
-class SystemClock final : public Clock {
+class GEARBOX_EXPORT SystemClock final : public Clock {
  public:
   double NowSeconds() const override;
   bool SleepUntil(double deadline, WakeSignal* signal) override;
@@ -53,7 +55,7 @@ class SystemClock final : public Clock {
 // Virtual time that moves only when told to. Thread-safe: Set/Advance may
 // be called from any thread; sleepers wake when the time passes their
 // deadline. Time may also be set backwards (fault-injection tests).
-class ManualClock final : public Clock {
+class GEARBOX_EXPORT ManualClock final : public Clock {
  public:
   explicit ManualClock(double start_seconds = 0.0);
   ~ManualClock() override;
@@ -61,8 +63,6 @@ class ManualClock final : public Clock {
   bool SleepUntil(double deadline, WakeSignal* signal) override;
   void Set(double seconds);
   void Advance(double seconds) { Set(NowSeconds() + seconds); }
-  // Threads sleeping right now.
-  int SleepersForTesting() const;
   // Blocks until at least `n` threads sleep on this clock (tests use it to
   // know a worker is parked before moving time).
   void WaitForSleepersForTesting(int n) const;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 #include "gearbox/gear_set.h"
 #include "gearbox/options.h"
 #include "gearbox/replan_policy.h"
@@ -39,7 +40,7 @@ namespace gearbox {
 // Simulated device memory for replays: usage = (base_bytes + sum over
 // compiled graphs of graph_fixed_bytes + graph_bytes_per_element * product
 // of the graph's gear sizes) / device_bytes.
-struct MemoryModel {
+struct GEARBOX_EXPORT MemoryModel {
   double device_bytes = 0.0;
   double base_bytes = 0.0;
   double graph_fixed_bytes = 0.0;
@@ -52,25 +53,23 @@ struct RuntimeConfig {
   std::vector<DimensionSpec> dims;
   AdaptiveOptions adaptive;
   ReplanOptions replan;  // the "replan" section (used by the replan policy)
-  // "scheme" (default "independent") and the initial "combinations" of a
-  // joint or sparse gear set (gear_set.h; empty: every cell of the gears).
-  GearScheme scheme = GearScheme::kIndependent;
-  std::vector<GearCombination> combinations;
-  double cover_ratio =
-      CombinationSpec{}.cover_ratio;  // "cover_ratio" (joint; a number, or null: any)
+  // "scheme" (default "independent"), the initial "combinations" of a joint
+  // or sparse gear set (empty: every cell of the gears) and "cover_ratio"
+  // (joint; a number, or null: any) (gear_set.h).
+  CombinationSpec combination_spec;
   std::optional<MemoryModel> memory_model;
 };
 
 // A named gear ladder (see above); `field` names the setting in errors.
-absl::StatusOr<std::vector<int64_t>> MakeNamedGears(std::string_view name,
-                                                    std::optional<int64_t> min,
-                                                    std::optional<int64_t> max,
-                                                    std::string_view field);
+GEARBOX_EXPORT absl::StatusOr<std::vector<int64_t>> MakeNamedGears(std::string_view name,
+                                                                   std::optional<int64_t> min,
+                                                                   std::optional<int64_t> max,
+                                                                   std::string_view field);
 
 // Parses and validates a configuration. Errors name the key path
 // ("dims[1].max", "adaptive.window_secs") and, for syntax errors, the line.
-absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text);
-absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& path);
+GEARBOX_EXPORT absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text);
+GEARBOX_EXPORT absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& path);
 
 }  // namespace gearbox
 

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "gearbox/backend.h"
 #include "gearbox/config.h"
+#include "gearbox/export.h"
 #include "gearbox/replay.h"
 #include "gearbox/trace.h"
 
@@ -58,26 +59,28 @@ inline constexpr int64_t kMaxExecutedTensorElements = int64_t{1} << 28;
 // give each dimension (its largest size among the first `rows` rows (0: all)
 // or its largest initial gear), has at most kMaxExecutedTensorElements
 // elements; else the tensor, the sizes and the limit (and --size-scale).
-absl::Status CheckExecutedTensorSizes(const RuntimeConfig& config, const Trace& trace,
-                                      const ModelSignature& signature, size_t rows);
+GEARBOX_EXPORT absl::Status CheckExecutedTensorSizes(const RuntimeConfig& config,
+                                                     const Trace& trace,
+                                                     const ModelSignature& signature, size_t rows);
 
 // The trace's columns must be the config's dimensions, in order (as
 // LoadTraceFile returns them). `make_backend` is called once (a fresh
 // backend per replay, so each policy pays its own compiles).
-absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
+GEARBOX_EXPORT absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
     const RuntimeConfig& config, const Trace& trace,
     const std::function<absl::StatusOr<std::unique_ptr<Backend>>()>& make_backend,
     const ExecutedReplayOptions& options);
 
 // Divides every size of the trace (rounding up, at least 1) by `factor`:
 // scales a trace down so a real backend replays it quickly.
-Trace ScaleTraceSizes(const Trace& trace, double factor);
+GEARBOX_EXPORT Trace ScaleTraceSizes(const Trace& trace, double factor);
 // The same for the initial gears (de-duplicated) and combinations of a
 // config; the replan cost model's per-unit costs grow by factor^exponent so
 // that a request still costs what it did.
-RuntimeConfig ScaleConfigGears(const RuntimeConfig& config, double factor);
+GEARBOX_EXPORT RuntimeConfig ScaleConfigGears(const RuntimeConfig& config, double factor);
 
-std::string ExecutedReplayResultJson(const ExecutedReplayResult& result, int indent = 2);
+GEARBOX_EXPORT std::string ExecutedReplayResultJson(const ExecutedReplayResult& result,
+                                                    int indent = 2);
 
 }  // namespace gearbox
 

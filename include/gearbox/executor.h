@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "gearbox/backend.h"
+#include "gearbox/export.h"
 #include "gearbox/runtime.h"
 
 namespace gearbox {
@@ -47,7 +48,7 @@ struct ExecutorStats {
   uint64_t eager_variants = 0;  // compiled for one run at the exact size, not cached
 };
 
-class GearedExecutor {
+class GEARBOX_EXPORT GearedExecutor {
  public:
   // `runtime` and `backend` must outlive the executor. The backend's
   // signature must bind axes only to the runtime's dimensions, and every
@@ -105,7 +106,7 @@ class GearedExecutor {
 
 // Memory probe for host backends: the bytes the pool's executables hold
 // against a byte budget (usage = pool bytes / budget).
-class PoolBudgetMemoryProbe final : public MemoryProbe {
+class GEARBOX_EXPORT PoolBudgetMemoryProbe final : public MemoryProbe {
  public:
   PoolBudgetMemoryProbe(const GraphResourcePool* pool, int64_t budget_bytes)
       : pool_(pool), budget_(budget_bytes) {}

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 
 namespace gearbox {
 
@@ -27,13 +28,13 @@ inline constexpr std::string_view kSeqLen = "SEQLEN";
 // Gear list of the TIMES policy: `min`, the powers of two above `min` up to
 // `max`, then `max` if not already there. 3..100 -> [3,4,8,16,32,64,100].
 // `field` names the setting in errors (for example "dims[0]").
-absl::StatusOr<std::vector<int64_t>> MakeTimesGears(int64_t min, int64_t max,
-                                                    std::string_view field = "policy");
+GEARBOX_EXPORT absl::StatusOr<std::vector<int64_t>> MakeTimesGears(
+    int64_t min, int64_t max, std::string_view field = "policy");
 
 // Sorts and de-duplicates an explicit list; every value must be >= 1 and the
 // list must hold 1..kMaxGearsPerDimension gears.
-absl::StatusOr<std::vector<int64_t>> NormalizeGears(std::vector<int64_t> gears,
-                                                    std::string_view field = "gears");
+GEARBOX_EXPORT absl::StatusOr<std::vector<int64_t>> NormalizeGears(
+    std::vector<int64_t> gears, std::string_view field = "gears");
 
 // One dynamic dimension and its gears.
 struct DimensionSpec {
@@ -48,7 +49,7 @@ struct DimensionSpec {
 };
 
 // Default splittability of a dimension by its name (BATCHSIZE splits).
-bool DefaultSplittable(std::string_view dimension_name);
+GEARBOX_EXPORT bool DefaultSplittable(std::string_view dimension_name);
 
 // Which gear combinations are compiled graphs (seeds/001 §17.5.3). The
 // dimensions' gear lists form a grid; a request's variant maps to a cell of
@@ -62,9 +63,9 @@ enum class GearScheme {
   kSparse,       // on the cell if it is a compiled combination, else
                  // uncompiled at its exact size: joint with cover_ratio 1
 };
-std::string_view GearSchemeName(GearScheme scheme);
-absl::StatusOr<GearScheme> ParseGearScheme(std::string_view name,
-                                           std::string_view field = "scheme");
+GEARBOX_EXPORT std::string_view GearSchemeName(GearScheme scheme);
+GEARBOX_EXPORT absl::StatusOr<GearScheme> ParseGearScheme(std::string_view name,
+                                                          std::string_view field = "scheme");
 
 // Joint and sparse gear sets have exactly this many dimensions.
 inline constexpr int kJointDimensions = 2;
@@ -72,8 +73,8 @@ inline constexpr int kJointDimensions = 2;
 using GearCombination = std::array<int64_t, kJointDimensions>;
 
 // Every cell of the grid of `a` x `b`.
-std::vector<GearCombination> EveryCombination(std::span<const int64_t> a,
-                                              std::span<const int64_t> b);
+GEARBOX_EXPORT std::vector<GearCombination> EveryCombination(std::span<const int64_t> a,
+                                                             std::span<const int64_t> b);
 
 // The compiled combinations of a joint or sparse gear set.
 struct CombinationSpec {
@@ -90,12 +91,12 @@ struct CombinationSpec {
 // for a joint or sparse set of two dimensions, no combinations means every
 // cell of the initial gears (as many graphs as independent; the policy then
 // keeps what the traffic pays for).
-CombinationSpec InitialCombinations(const std::vector<DimensionSpec>& dimensions,
-                                    CombinationSpec spec);
+GEARBOX_EXPORT CombinationSpec InitialCombinations(const std::vector<DimensionSpec>& dimensions,
+                                                   CombinationSpec spec);
 
 // An immutable gear set with a version: the snapshot requests plan against.
 // Value type; cheap to read concurrently because nothing in it ever changes.
-class GearSet {
+class GEARBOX_EXPORT GearSet {
  public:
   // Validates names (unique, [A-Za-z0-9_.-]+), gear lists and flags, and
   // for joint and sparse sets the combinations (two dimensions; each
@@ -111,7 +112,6 @@ class GearSet {
 
   std::span<const int64_t> gears(int d) const { return dimensions_[d].gears; }
   int64_t max_gear(int d) const { return lookup_[static_cast<size_t>(d)].max_gear; }
-  int64_t min_gear(int d) const { return dimensions_[d].gears.front(); }
   bool Contains(int d, int64_t gear) const;
   // The gear a raw size maps to: the smallest gear >= raw (the smallest gear
   // for any raw at or below it). Returns -1 when raw exceeds the largest gear.

@@ -5,6 +5,8 @@
 #include <functional>
 #include <string_view>
 
+#include "gearbox/export.h"
+
 namespace gearbox {
 
 enum class LogLevel { kInfo, kWarning, kError };
@@ -13,7 +15,7 @@ enum class LogLevel { kInfo, kWarning, kError };
 using LogSink = std::function<void(LogLevel, std::string_view)>;
 
 // Writes "gearbox <level>: <message>" lines to stderr.
-void StderrLogSink(LogLevel level, std::string_view message);
+GEARBOX_EXPORT void StderrLogSink(LogLevel level, std::string_view message);
 
 }  // namespace gearbox
 

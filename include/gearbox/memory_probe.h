@@ -6,10 +6,11 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 
 namespace gearbox {
 
-class MemoryProbe {
+class GEARBOX_EXPORT MemoryProbe {
  public:
   virtual ~MemoryProbe() = default;
   // Fraction of the device's memory in use, >= 0; above 1 (over-committed)
@@ -20,7 +21,7 @@ class MemoryProbe {
 };
 
 // A probe that returns what it was last set to (tests, replays). Thread-safe.
-class FixedMemoryProbe final : public MemoryProbe {
+class GEARBOX_EXPORT FixedMemoryProbe final : public MemoryProbe {
  public:
   explicit FixedMemoryProbe(double usage = 0.0) : usage_(usage) {}
   absl::StatusOr<double> UsageFraction() override { return usage_.load(); }
@@ -31,7 +32,7 @@ class FixedMemoryProbe final : public MemoryProbe {
 };
 
 // A probe over a callable (simulated memory models, fault injection).
-class FunctionMemoryProbe final : public MemoryProbe {
+class GEARBOX_EXPORT FunctionMemoryProbe final : public MemoryProbe {
  public:
   explicit FunctionMemoryProbe(std::function<absl::StatusOr<double>()> fn) : fn_(std::move(fn)) {}
   absl::StatusOr<double> UsageFraction() override { return fn_(); }

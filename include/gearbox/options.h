@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 
 namespace gearbox {
 
@@ -23,10 +24,10 @@ enum class UpdatePolicy {
 // The default everywhere: on every real trace replayed it wastes a fraction
 // of the seed policy's padding at a bounded compile rate (docs/POLICY.md).
 inline constexpr UpdatePolicy kDefaultUpdatePolicy = UpdatePolicy::kReplan;
-std::string_view UpdatePolicyName(UpdatePolicy policy);
+GEARBOX_EXPORT std::string_view UpdatePolicyName(UpdatePolicy policy);
 // "static", "adaptive" or "replan"; `field` names the setting in errors.
-absl::StatusOr<UpdatePolicy> ParseUpdatePolicy(std::string_view name,
-                                               std::string_view field = "policy");
+GEARBOX_EXPORT absl::StatusOr<UpdatePolicy> ParseUpdatePolicy(std::string_view name,
+                                                              std::string_view field = "policy");
 
 struct AdaptiveOptions {
   // --- window statistics ---
@@ -93,7 +94,7 @@ struct AdaptiveOptions {
 };
 
 // OK, or InvalidArgument naming the field, its value and what is allowed.
-absl::Status ValidateAdaptiveOptions(const AdaptiveOptions& options);
+GEARBOX_EXPORT absl::Status ValidateAdaptiveOptions(const AdaptiveOptions& options);
 
 }  // namespace gearbox
 

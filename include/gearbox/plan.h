@@ -8,6 +8,7 @@
 #include <span>
 
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 #include "gearbox/gear_set.h"
 
 namespace gearbox {
@@ -22,7 +23,7 @@ struct ChunkGroup {
 };
 
 // How one dimension of a request is handled.
-struct DimensionPlan {
+struct GEARBOX_EXPORT DimensionPlan {
   int64_t raw;       // the request's size along this dimension
   int64_t max_gear;  // the snapshot's largest gear for it
   bool split;        // raw > max_gear on a splittable dimension
@@ -69,7 +70,7 @@ struct VariantGroup {
   bool eager;  // runs uncompiled
 };
 
-class Plan {
+class GEARBOX_EXPORT Plan {
  public:
   uint64_t snapshot_version() const { return snapshot_version_; }
   int num_dimensions() const { return num_dimensions_; }
@@ -133,9 +134,10 @@ class Plan {
 // a size above the largest gear of a dimension that neither splits nor
 // falls back, more than kMaxVariantsPerRequest chunks; *plan is then
 // unspecified.
-absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw, Plan* plan);
+GEARBOX_EXPORT absl::Status MakePlan(const GearSet& gears, std::span<const int64_t> raw,
+                                     Plan* plan);
 // The same, returning the plan (one copy more).
-absl::StatusOr<Plan> MakePlan(const GearSet& gears, std::span<const int64_t> raw);
+GEARBOX_EXPORT absl::StatusOr<Plan> MakePlan(const GearSet& gears, std::span<const int64_t> raw);
 
 template <typename Visitor>
 void Plan::ForEachVariant(Visitor&& visit) const {

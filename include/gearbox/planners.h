@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 #include "gearbox/gear_set.h"
 
 namespace gearbox {
 
 // Sizes as sorted distinct values with their counts.
-struct SizeHistogram {
+struct GEARBOX_EXPORT SizeHistogram {
   std::vector<int64_t> values;  // ascending, distinct, >= 1
   std::vector<double> counts;   // > 0
 
@@ -37,8 +38,8 @@ struct GearPlan {
 // Padded total of `sizes` on `gears` (ascending) as the runtime plans them:
 // pad up to the smallest gear >= size; above the largest gear, split into
 // full chunks plus a padded remainder when `splittable`, else an error.
-absl::StatusOr<double> PaddedTotal(const SizeHistogram& sizes, std::span<const int64_t> gears,
-                                   bool splittable);
+GEARBOX_EXPORT absl::StatusOr<double> PaddedTotal(const SizeHistogram& sizes,
+                                                  std::span<const int64_t> gears, bool splittable);
 
 // The K gears minimising total padding, by exact dynamic programming
 // (O(K M log M) for M distinct sizes: the bucket cost is Monge, so the
@@ -47,7 +48,8 @@ absl::StatusOr<double> PaddedTotal(const SizeHistogram& sizes, std::span<const i
 // largest gear G from 1 to the largest size is tried (remainders of larger
 // sizes join the sizes below G) when that is cheap enough, else every G
 // among the distinct sizes; `search` says which.
-absl::StatusOr<GearPlan> OptimalGears(const SizeHistogram& sizes, int k, bool splittable);
+GEARBOX_EXPORT absl::StatusOr<GearPlan> OptimalGears(const SizeHistogram& sizes, int k,
+                                                     bool splittable);
 
 // ---- Bucket-boundary algorithms (seeds/001 §17.5.2) and their cost model ----
 
@@ -57,13 +59,13 @@ enum class PlanMethod {
   kKMeans,    // k-means++ seeding, then Lloyd iterations; a cluster's gear is its largest size
   kDp,        // exact dynamic programming (minimal padding, or minimal modelled cost)
 };
-std::string_view PlanMethodName(PlanMethod method);
-absl::StatusOr<PlanMethod> ParsePlanMethod(std::string_view name);
+GEARBOX_EXPORT std::string_view PlanMethodName(PlanMethod method);
+GEARBOX_EXPORT absl::StatusOr<PlanMethod> ParsePlanMethod(std::string_view name);
 
 // At most k gears for `sizes` by `method`, the largest covering the largest
 // size (no splitting). kKMeans uses `seed`.
-absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& sizes, int k, PlanMethod method,
-                                               uint64_t seed = 1);
+GEARBOX_EXPORT absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& sizes, int k,
+                                                              PlanMethod method, uint64_t seed = 1);
 
 // Cost = alpha * compile + beta * padding runtime + gamma * memory (§17.5.2):
 //   compile        = gears * compile_seconds
@@ -73,7 +75,7 @@ absl::StatusOr<std::vector<int64_t>> PlanGears(const SizeHistogram& sizes, int k
 //                    memory_bytes_per_unit * g^memory_exponent), in GiB
 // An exponent of 2 models attention, whose work grows with the square of
 // the sequence.
-struct GearCostModel {
+struct GEARBOX_EXPORT GearCostModel {
   double compile_seconds = 0.5;
   double seconds_per_unit = 1e-6;
   double runtime_exponent = 1.0;
@@ -90,7 +92,7 @@ struct GearCostModel {
   double Run(int64_t size) const;        // seconds
   double GearBytes(int64_t gear) const;  // bytes
 };
-absl::Status ValidateCostModel(const GearCostModel& model);
+GEARBOX_EXPORT absl::Status ValidateCostModel(const GearCostModel& model);
 
 struct CostBreakdown {
   double compile_seconds = 0.0;
@@ -100,9 +102,9 @@ struct CostBreakdown {
 };
 // The cost of serving `sizes` on `gears` (ascending; the largest must cover
 // the largest size).
-absl::StatusOr<CostBreakdown> EvaluateCost(const SizeHistogram& sizes,
-                                           std::span<const int64_t> gears,
-                                           const GearCostModel& model);
+GEARBOX_EXPORT absl::StatusOr<CostBreakdown> EvaluateCost(const SizeHistogram& sizes,
+                                                          std::span<const int64_t> gears,
+                                                          const GearCostModel& model);
 
 // The gear count (1..budget) and gears minimising the modelled cost:
 // kDp solves the cost model exactly (one DP layer per count); the others
@@ -111,9 +113,10 @@ struct CostPlan {
   GearPlan plan;
   CostBreakdown cost;
 };
-absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& sizes, int budget,
-                                           PlanMethod method, const GearCostModel& model,
-                                           uint64_t seed = 1);
+GEARBOX_EXPORT absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& sizes, int budget,
+                                                          PlanMethod method,
+                                                          const GearCostModel& model,
+                                                          uint64_t seed = 1);
 
 // ---- Two-dimensional gears (seeds/001 §17.5.3) ----
 
@@ -145,8 +148,8 @@ struct JointPlan {
 // assigning each request to its cheapest covering combination; sparse: a
 // 32 x 32 independent grid, keeping the combinations that carry the most
 // traffic.
-absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs,
-                                    GearScheme scheme, uint64_t seed = 1);
+GEARBOX_EXPORT absl::StatusOr<JointPlan> PlanJoint(const std::vector<Size2D>& sizes, int max_graphs,
+                                                   GearScheme scheme, uint64_t seed = 1);
 
 }  // namespace gearbox
 

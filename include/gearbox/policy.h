@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "gearbox/export.h"
 #include "gearbox/gear_set.h"
 #include "gearbox/options.h"
 #include "gearbox/stats.h"
@@ -31,14 +32,14 @@ struct UpdateDecision {
 };
 
 // score = weight_hit * hit_rate - weight_pad * avg_pad - weight_split * avg_split
-double GearScore(const GearStats& stats, const AdaptiveOptions& options);
+GEARBOX_EXPORT double GearScore(const GearStats& stats, const AdaptiveOptions& options);
 
 // Mean loss of `stats`' raw samples if `gear` left `gears` (ascending): each
 // sample moves to the smallest remaining gear >= it (loss = pad ratio there),
 // or splits on the largest (loss = split ratio). Returns (loss, the gear the
 // smallest samples move to). Unweighted, as the seed.
-std::pair<double, int64_t> ReplacementLoss(const GearStats& stats,
-                                           const std::vector<int64_t>& gears);
+GEARBOX_EXPORT std::pair<double, int64_t> ReplacementLoss(const GearStats& stats,
+                                                          const std::vector<int64_t>& gears);
 
 // The seed's policy (§5-§8) with the fixes described in docs/POLICY.md:
 //  1. score every gear; 2. per dimension, evict at most one: skip the max,
@@ -50,10 +51,12 @@ std::pair<double, int64_t> ReplacementLoss(const GearStats& stats,
 //  by pressure, cap per dimension; under memory pressure at most as many
 //  additions as evictions.
 // The static policy: the gears as they are, the record says so.
-UpdateDecision DecideStatic(const GearSet& gears, const MemoryState& memory, double now);
+GEARBOX_EXPORT UpdateDecision DecideStatic(const GearSet& gears, const MemoryState& memory,
+                                           double now);
 
-UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
-                            const MemoryState& memory, const AdaptiveOptions& options, double now);
+GEARBOX_EXPORT UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
+                                           const MemoryState& memory,
+                                           const AdaptiveOptions& options, double now);
 
 }  // namespace gearbox
 

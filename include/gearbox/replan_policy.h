@@ -14,6 +14,7 @@
 #define GEARBOX_REPLAN_POLICY_H_
 
 #include "absl/status/status.h"
+#include "gearbox/export.h"
 #include "gearbox/planners.h"
 #include "gearbox/policy.h"
 
@@ -67,13 +68,14 @@ struct ReplanOptions {
   double uncompiled_slowdown = 2.0;
 };
 
-absl::Status ValidateReplanOptions(const ReplanOptions& options);
+GEARBOX_EXPORT absl::Status ValidateReplanOptions(const ReplanOptions& options);
 
 // Pure, like DecideUpdate. `stats` must carry each dimension's weighted
 // sizes (WindowStats::dimensions[d].sizes).
-UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
-                            const MemoryState& memory, const AdaptiveOptions& adaptive,
-                            const ReplanOptions& options, double now);
+GEARBOX_EXPORT UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
+                                           const MemoryState& memory,
+                                           const AdaptiveOptions& adaptive,
+                                           const ReplanOptions& options, double now);
 
 }  // namespace gearbox
 

@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "gearbox/config.h"
+#include "gearbox/export.h"
 #include "gearbox/trace.h"
 #include "gearbox/update_record.h"
 
@@ -73,8 +74,8 @@ struct ReplayOptions : ReplayRunOptions {
 // Everything a replay of this run checks before its first row, without
 // replaying: the trace against the config, the update count bound, and that
 // the runtime accepts the run's policy and gear scheme.
-absl::Status CheckReplayRun(const RuntimeConfig& config, const Trace& trace,
-                            const ReplayRunOptions& run);
+GEARBOX_EXPORT absl::Status CheckReplayRun(const RuntimeConfig& config, const Trace& trace,
+                                           const ReplayRunOptions& run);
 
 // The gear set after an update (or at the start), for plots.
 struct GearSetSample {
@@ -134,11 +135,11 @@ struct ReplayResult {
   std::vector<WasteBucket> waste_timeline;
 };
 
-absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& trace,
-                                    const ReplayOptions& options);
+GEARBOX_EXPORT absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& trace,
+                                                   const ReplayOptions& options);
 
 // One policy's figures as a JSON object (the summary file format).
-std::string ReplayResultJson(const ReplayResult& result, int indent = 2);
+GEARBOX_EXPORT std::string ReplayResultJson(const ReplayResult& result, int indent = 2);
 
 }  // namespace gearbox
 

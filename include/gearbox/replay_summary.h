@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "gearbox/config.h"
 #include "gearbox/executed_replay.h"
+#include "gearbox/export.h"
 #include "gearbox/planners.h"
 #include "gearbox/replay.h"
 #include "gearbox/trace.h"
@@ -34,7 +35,7 @@ struct DimensionOptimum {
 
 // Per result, per dimension (each plan computed once per gear count). The
 // trace's columns are the config's dimensions, in order.
-absl::StatusOr<std::vector<std::vector<DimensionOptimum>>> OfflineOptimum(
+GEARBOX_EXPORT absl::StatusOr<std::vector<std::vector<DimensionOptimum>>> OfflineOptimum(
     const RuntimeConfig& config, const Trace& trace, std::span<const ReplayResult> results);
 
 struct ReplaySummary {
@@ -53,7 +54,7 @@ struct ReplaySummary {
 // The summary file: one run's object (ReplayResultJson, then
 // "offline_optimum" and "executed" when there are), or, with several runs,
 // {"trace": ..., "policies": {"<run name>": object, ...}}.
-std::string ReplaySummaryJson(const ReplaySummary& summary, int indent = 2);
+GEARBOX_EXPORT std::string ReplaySummaryJson(const ReplaySummary& summary, int indent = 2);
 
 }  // namespace gearbox
 

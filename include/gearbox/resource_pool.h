@@ -30,13 +30,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "gearbox/export.h"
 #include "gearbox/graph_key.h"
 #include "gearbox/log.h"
 
 namespace gearbox {
 
 // A compiled graph or any other releasable resource.
-class GraphResource {
+class GEARBOX_EXPORT GraphResource {
  public:
   virtual ~GraphResource() = default;
   // Bytes of device (or host) memory it holds, for budgets and reports.
@@ -56,7 +57,7 @@ struct PoolOptions {
   LogSink log;
 };
 
-class GraphResourcePool {
+class GEARBOX_EXPORT GraphResourcePool {
  public:
   explicit GraphResourcePool(PoolOptions options = {});
   ~GraphResourcePool();

@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "gearbox/clock.h"
+#include "gearbox/export.h"
 #include "gearbox/gear_set.h"
 #include "gearbox/log.h"
 #include "gearbox/memory_probe.h"
@@ -44,20 +45,17 @@ class GearUpdateWorker;
 
 struct RuntimeOptions {
   AdaptiveOptions adaptive;
-  // The default is kReplan: on every real trace we replayed it wastes a
-  // fraction of the seed policy's padding at a bounded compile rate
-  // (docs/PERFORMANCE.md, "Choosing the default policy").
-  UpdatePolicy policy = UpdatePolicy::kReplan;
+  // kDefaultUpdatePolicy (kReplan), as in replays and the CLI: on every real
+  // trace we replayed it wastes a fraction of the seed policy's padding at a
+  // bounded compile rate (docs/PERFORMANCE.md, "Choosing the default policy").
+  UpdatePolicy policy = kDefaultUpdatePolicy;
   ReplanOptions replan;  // used with UpdatePolicy::kReplan
   // Which gear combinations are compiled graphs (gear_set.h, seeds/001
-  // §17.5.3). Joint and sparse need two dimensions and the replan policy
-  // (which decides the combinations from the window's variant shapes);
-  // `combinations` are the initial ones, empty meaning every cell of the
-  // initial gears.
-  GearScheme scheme = GearScheme::kIndependent;
-  std::vector<GearCombination> combinations;
-  double cover_ratio =
-      CombinationSpec{}.cover_ratio;  // joint: how much larger than a cell its graph may be
+  // §17.5.3): the scheme, the initial combinations (empty: every cell of the
+  // initial gears) and, for joint, how much larger than a cell its graph may
+  // be. Joint and sparse need two dimensions and the replan policy (which
+  // decides the combinations from the window's variant shapes).
+  CombinationSpec combination_spec;
   // Time source; null means SystemClock::Default(). Not owned.
   Clock* clock = nullptr;
   // Memory usage source; null disables memory-pressure handling. Not owned.
@@ -111,7 +109,7 @@ struct RuntimeCounters {
   uint64_t stats_memory_bytes = 0;    // window statistics, all gears
 };
 
-class AdaptiveGearRuntime {
+class GEARBOX_EXPORT AdaptiveGearRuntime {
  public:
   static absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> Create(
       std::vector<DimensionSpec> dimensions, RuntimeOptions options);

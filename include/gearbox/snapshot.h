@@ -10,6 +10,7 @@
 #ifndef GEARBOX_SNAPSHOT_H_
 #define GEARBOX_SNAPSHOT_H_
 
+#include "gearbox/export.h"
 #include "gearbox/gear_set.h"
 
 namespace gearbox {
@@ -18,7 +19,7 @@ struct ReaderSlot;
 class SnapshotStore;
 }  // namespace internal
 
-class SnapshotRef {
+class GEARBOX_EXPORT SnapshotRef {
  public:
   SnapshotRef() = default;
   SnapshotRef(SnapshotRef&& other) noexcept : set_(other.set_), slot_(other.slot_) {

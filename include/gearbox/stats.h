@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "gearbox/export.h"
 #include "gearbox/gear_set.h"
 
 namespace gearbox {
@@ -20,7 +21,7 @@ namespace gearbox {
 // request rate. Sizes below 256 have a bin each (exact); above, a bin is
 // 1/128 of an octave wide and stands for its midpoint, so a value read back
 // (a median, a replacement loss) is within 1/256 (0.39%) of the true size.
-class RawSampleHistogram {
+class GEARBOX_EXPORT RawSampleHistogram {
  public:
   static constexpr int64_t kExactBelow = 256;
   static constexpr int kSubBinsPerOctave = 128;
@@ -159,10 +160,11 @@ struct RawEvent {
   double time = 0.0;
   uint64_t count = 1;
 };
-GearStats MakeGearStats(int64_t gear, const std::vector<RawEvent>& events, double now,
-                        double half_life_seconds, double created_ts = 0.0);
+GEARBOX_EXPORT GearStats MakeGearStats(int64_t gear, const std::vector<RawEvent>& events,
+                                       double now, double half_life_seconds,
+                                       double created_ts = 0.0);
 // Fills hit_rate and total_weighted_hits of a dimension from its gears.
-void FinalizeDimensionStats(DimensionStats* dimension);
+GEARBOX_EXPORT void FinalizeDimensionStats(DimensionStats* dimension);
 
 }  // namespace gearbox
 

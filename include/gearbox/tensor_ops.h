@@ -15,6 +15,7 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "gearbox/export.h"
 #include "gearbox/plan.h"
 
 namespace gearbox {
@@ -27,17 +28,21 @@ struct AxisBinding {
 
 // Bytes per element of a supported dtype (lanes == 1, bits a multiple of 8),
 // or an error naming `field`.
-absl::StatusOr<int64_t> ElementBytes(const DLDataType& dtype, std::string_view field);
+GEARBOX_EXPORT absl::StatusOr<int64_t> ElementBytes(const DLDataType& dtype,
+                                                    std::string_view field);
 
 // Checks that `tensor` is a host tensor with data, a supported dtype, and the
 // shape `expected` (strides may be anything; null means row-major compact).
-absl::Status CheckHostTensor(const DLTensor& tensor, std::span<const int64_t> expected,
-                             std::string_view field);
+GEARBOX_EXPORT absl::Status CheckHostTensor(const DLTensor& tensor,
+                                            std::span<const int64_t> expected,
+                                            std::string_view field);
 
 // The shape of `full` with each bound axis replaced by the variant's gear
 // (`use_gear`) or extent. `shape` must hold full.ndim entries.
-absl::Status VariantShape(const DLTensor& full, std::span<const AxisBinding> bindings,
-                          const Variant& variant, bool use_gear, std::span<int64_t> shape);
+GEARBOX_EXPORT absl::Status VariantShape(const DLTensor& full,
+                                         std::span<const AxisBinding> bindings,
+                                         const Variant& variant, bool use_gear,
+                                         std::span<int64_t> shape);
 
 // Destination tensors are descriptors of caller-owned memory: the data they
 // point to is written, the descriptors themselves are not.
@@ -45,13 +50,16 @@ absl::Status VariantShape(const DLTensor& full, std::span<const AxisBinding> bin
 // Copies the part of `input` covered by `variant` into `chunk`, whose bound
 // axes have the variant's gear sizes; the padding is filled with `pad_value`
 // (converted to the dtype; a non-zero value needs an integer or IEEE dtype).
-absl::Status GatherChunk(const DLTensor& input, std::span<const AxisBinding> bindings,
-                         const Variant& variant, double pad_value, const DLTensor* chunk);
+GEARBOX_EXPORT absl::Status GatherChunk(const DLTensor& input,
+                                        std::span<const AxisBinding> bindings,
+                                        const Variant& variant, double pad_value,
+                                        const DLTensor* chunk);
 
 // Copies the valid part of `chunk_output` (bound axes at gear sizes) into
 // `output` (bound axes at request sizes) at the variant's offsets.
-absl::Status ScatterChunk(const DLTensor& chunk_output, std::span<const AxisBinding> bindings,
-                          const Variant& variant, const DLTensor* output);
+GEARBOX_EXPORT absl::Status ScatterChunk(const DLTensor& chunk_output,
+                                         std::span<const AxisBinding> bindings,
+                                         const Variant& variant, const DLTensor* output);
 
 }  // namespace gearbox
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 
 namespace gearbox {
 
@@ -45,24 +46,26 @@ inline constexpr double kMaxTraceSeconds = 1e11;
 // quoted as in RFC 4180 ("a,b", "" for a quote) is unquoted into `scratch`
 // (so the fields point into `line` or `scratch`). False on an unterminated
 // quote or text after a closing quote.
-bool SplitCsvLine(std::string_view line, std::string* scratch,
-                  std::vector<std::string_view>* fields);
+GEARBOX_EXPORT bool SplitCsvLine(std::string_view line, std::string* scratch,
+                                 std::vector<std::string_view>* fields);
 // `line` without a leading UTF-8 byte-order mark.
-std::string_view StripUtf8Bom(std::string_view line);
+GEARBOX_EXPORT std::string_view StripUtf8Bom(std::string_view line);
 // `text` for an error message: bytes outside printable ASCII as \xNN, long
 // text cut to 80 characters with "...".
-std::string PrintableText(std::string_view text);
+GEARBOX_EXPORT std::string PrintableText(std::string_view text);
 
 // Reads a trace whose dimension columns must be exactly `dimensions` (any
 // order; stored in this order). `source` names the input in errors.
-absl::StatusOr<Trace> ReadTraceCsv(std::istream& in, const std::vector<std::string>& dimensions,
-                                   const std::string& source);
+GEARBOX_EXPORT absl::StatusOr<Trace> ReadTraceCsv(std::istream& in,
+                                                  const std::vector<std::string>& dimensions,
+                                                  const std::string& source);
 // Reads a trace with whatever dimension columns its header has.
-absl::StatusOr<Trace> ReadTraceCsvAnyDimensions(std::istream& in, const std::string& source);
-absl::StatusOr<Trace> LoadTraceFile(const std::string& path,
-                                    const std::vector<std::string>& dimensions);
+GEARBOX_EXPORT absl::StatusOr<Trace> ReadTraceCsvAnyDimensions(std::istream& in,
+                                                               const std::string& source);
+GEARBOX_EXPORT absl::StatusOr<Trace> LoadTraceFile(const std::string& path,
+                                                   const std::vector<std::string>& dimensions);
 
-void WriteTraceCsv(const Trace& trace, std::ostream& out);
+GEARBOX_EXPORT void WriteTraceCsv(const Trace& trace, std::ostream& out);
 
 }  // namespace gearbox
 

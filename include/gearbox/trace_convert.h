@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 #include "gearbox/trace.h"
 
 namespace gearbox {
@@ -34,16 +35,17 @@ struct RequestRecord {
   int64_t output_tokens = 0;
 };
 
-absl::StatusOr<std::vector<RequestRecord>> ReadAzureTrace(std::istream& in,
-                                                          const std::string& source);
-absl::StatusOr<std::vector<RequestRecord>> ReadMooncakeTrace(std::istream& in,
-                                                             const std::string& source);
+GEARBOX_EXPORT absl::StatusOr<std::vector<RequestRecord>> ReadAzureTrace(std::istream& in,
+                                                                         const std::string& source);
+GEARBOX_EXPORT absl::StatusOr<std::vector<RequestRecord>> ReadMooncakeTrace(
+    std::istream& in, const std::string& source);
 // `rate`: mean arrivals per second (> 0); `seed`: the arrival process's seed.
-absl::StatusOr<std::vector<RequestRecord>> ReadLengthList(std::istream& in,
-                                                          const std::string& source, double rate,
-                                                          uint64_t seed);
+GEARBOX_EXPORT absl::StatusOr<std::vector<RequestRecord>> ReadLengthList(std::istream& in,
+                                                                         const std::string& source,
+                                                                         double rate,
+                                                                         uint64_t seed);
 
-Trace PrefillView(const std::vector<RequestRecord>& requests);
+GEARBOX_EXPORT Trace PrefillView(const std::vector<RequestRecord>& requests);
 
 // Continuous batching: a step every `step_seconds`; at each step, waiting
 // requests that have arrived join (first come, first served) while fewer
@@ -56,8 +58,8 @@ struct DecodeSimulation {
   // Refuse inputs whose output tokens (a bound on the rows) exceed this.
   int64_t max_rows = 50'000'000;
 };
-absl::StatusOr<Trace> DecodeView(const std::vector<RequestRecord>& requests,
-                                 const DecodeSimulation& simulation);
+GEARBOX_EXPORT absl::StatusOr<Trace> DecodeView(const std::vector<RequestRecord>& requests,
+                                                const DecodeSimulation& simulation);
 
 }  // namespace gearbox
 

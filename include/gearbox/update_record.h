@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gearbox/export.h"
 #include "gearbox/gear_set.h"
 #include "gearbox/options.h"
 
@@ -21,7 +22,7 @@ enum class UpdateTrigger {
   kInterval,  // update_interval_seconds passed since the last update
   kMemory,    // memory usage at or above the threshold
 };
-std::string_view TriggerName(UpdateTrigger trigger);
+GEARBOX_EXPORT std::string_view TriggerName(UpdateTrigger trigger);
 
 // What the probe said this update.
 struct MemoryState {
@@ -43,7 +44,7 @@ enum class GearVerdict {
   kEvicted,
   kKept,  // replan policy: the gear stays (see the record's changes)
 };
-std::string_view VerdictName(GearVerdict verdict);
+GEARBOX_EXPORT std::string_view VerdictName(GearVerdict verdict);
 
 // What a replan change does (JSON: the lower-case name).
 enum class ChangeAction {
@@ -55,7 +56,7 @@ enum class ChangeAction {
   kDrop,     // "drop": a joint or sparse combination
   kNone,     // "none": declined, nothing to do (e.g. too little traffic)
 };
-std::string_view ChangeActionName(ChangeAction action);
+GEARBOX_EXPORT std::string_view ChangeActionName(ChangeAction action);
 
 // A gear change the replan policy took, or the best one it declined.
 struct ChangeRecord {
@@ -103,14 +104,14 @@ enum class AdditionOutcome {
   kCap,          // the dimension is at max_gears_per_type
   kBudget,       // memory pressure: no budget left
 };
-std::string_view OutcomeName(AdditionOutcome outcome);
+GEARBOX_EXPORT std::string_view OutcomeName(AdditionOutcome outcome);
 
 // What proposed an addition (JSON: "pad" or "split").
 enum class AdditionTrigger {
   kPad,    // the source gear's average pad ratio reached pad_add_threshold
   kSplit,  // the largest gear's average split ratio reached split_add_threshold
 };
-std::string_view AdditionTriggerName(AdditionTrigger trigger);
+GEARBOX_EXPORT std::string_view AdditionTriggerName(AdditionTrigger trigger);
 
 struct AdditionRecord {
   std::string dimension;
@@ -159,7 +160,7 @@ struct UpdateRecord {
 };
 
 // One line of JSON (no newline), the decisions-file format (README).
-std::string UpdateRecordToJson(const UpdateRecord& record);
+GEARBOX_EXPORT std::string UpdateRecordToJson(const UpdateRecord& record);
 
 }  // namespace gearbox
 

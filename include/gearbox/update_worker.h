@@ -19,12 +19,13 @@
 #include <thread>
 
 #include "gearbox/clock.h"
+#include "gearbox/export.h"
 
 namespace gearbox {
 
 class AdaptiveGearRuntime;
 
-class GearUpdateWorker {
+class GEARBOX_EXPORT GearUpdateWorker {
  public:
   explicit GearUpdateWorker(AdaptiveGearRuntime* runtime);
   ~GearUpdateWorker();  // Stop()
@@ -35,9 +36,6 @@ class GearUpdateWorker {
   // Wakes the thread and joins it. Idempotent.
   void Stop();
   bool running() const { return running_.load(std::memory_order_acquire); }
-
-  // Asks the thread to fold recorded events now.
-  void WakeToFold() { signal_.Notify(); }
 
   // One check at `now`, exactly as the thread runs it (trigger, update,
   // exception handling). Callable without the thread.

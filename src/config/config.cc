@@ -434,7 +434,7 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
     }
     auto scheme = ParseGearScheme(root["scheme"].get<std::string>(), "scheme");
     if (!scheme.ok()) return scheme.status();
-    config.scheme = *scheme;
+    config.combination_spec.scheme = *scheme;
   }
   if (root.contains("combinations")) {
     const json& list = root["combinations"];
@@ -451,22 +451,20 @@ absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
         if (!v.ok()) return v.status();
         c[static_cast<size_t>(d)] = *v;
       }
-      config.combinations.push_back(c);
+      config.combination_spec.combinations.push_back(c);
     }
   }
   if (root.contains("cover_ratio")) {
     if (root["cover_ratio"].is_null()) {
-      config.cover_ratio = std::numeric_limits<double>::infinity();
+      config.combination_spec.cover_ratio = std::numeric_limits<double>::infinity();
     } else {
       auto v = GetNumber(root["cover_ratio"], "cover_ratio");
       if (!v.ok()) return v.status();
-      config.cover_ratio = *v;
+      config.combination_spec.cover_ratio = *v;
     }
   }
-  if (auto set = GearSet::Create(
-          config.dims, 1, 0.0,
-          InitialCombinations(config.dims,
-                              {config.scheme, config.combinations, config.cover_ratio}));
+  if (auto set = GearSet::Create(config.dims, 1, 0.0,
+                                 InitialCombinations(config.dims, config.combination_spec));
       !set.ok()) {
     return set.status();
   }

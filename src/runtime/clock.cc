@@ -124,11 +124,6 @@ void ManualClock::WakeAll() {
   }
 }
 
-int ManualClock::SleepersForTesting() const {
-  MutexLock lock(&sleepers_->mu);
-  return static_cast<int>(sleepers_->signals.size());
-}
-
 void ManualClock::WaitForSleepsBegunForTesting(uint64_t n) const {
   MutexLock lock(&sleepers_->mu);
   while (sleepers_->sleeps_begun < n) sleepers_->changed.Wait(&sleepers_->mu);

@@ -177,14 +177,14 @@ absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> AdaptiveGearRuntime::Create
                                        "an integer in [1, 1048576]");
   }
   Clock* clock = options.clock != nullptr ? options.clock : SystemClock::Default();
-  if (options.scheme != GearScheme::kIndependent && options.policy == UpdatePolicy::kAdaptive) {
+  const GearScheme scheme = options.combination_spec.scheme;
+  if (scheme != GearScheme::kIndependent && options.policy == UpdatePolicy::kAdaptive) {
     return internal::InvalidField(
-        "scheme", internal::Cat("\"", GearSchemeName(options.scheme), "\""),
+        "scheme", internal::Cat("\"", GearSchemeName(scheme), "\""),
         "joint and sparse gear sets need the replan or static policy (the "
         "adaptive policy plans each dimension alone)");
   }
-  CombinationSpec combinations =
-      InitialCombinations(dimensions, {options.scheme, options.combinations, options.cover_ratio});
+  CombinationSpec combinations = InitialCombinations(dimensions, options.combination_spec);
   auto initial =
       GearSet::Create(std::move(dimensions), 1, clock->NowSeconds(), std::move(combinations));
   if (!initial.ok()) return initial.status();

@@ -101,7 +101,7 @@ RuntimeConfig ScaleConfigGears(const RuntimeConfig& config, double factor) {
     for (int64_t& g : d.gears) g = ScaleDown(g, factor);
     d.gears.erase(std::unique(d.gears.begin(), d.gears.end()), d.gears.end());
   }
-  for (GearCombination& c : out.combinations) {
+  for (GearCombination& c : out.combination_spec.combinations) {
     for (int64_t& g : c) g = ScaleDown(g, factor);
   }
   // A unit now stands for `factor` of the trace's: the replan policy's cost
@@ -130,7 +130,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   ExecutedReplayResult result;
   result.policy = internal::ReplayRunName(options);
   ManualClock clock(t0);
-  GraphResourcePool pool(PoolOptions{5, [](LogLevel, std::string_view) {}});
+  GraphResourcePool pool(PoolOptions{.log = [](LogLevel, std::string_view) {}});
   PoolBudgetMemoryProbe budget(&pool, options.memory_budget_bytes);
   RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &clock, &pool);
   if (options.memory_budget_bytes > 0) ro.memory_probe = &budget;

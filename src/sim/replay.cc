@@ -180,7 +180,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   ChurnTracker churn(n, options.churn_window_seconds);
 
   RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &clock, &pool);
-  result.scheme = ro.scheme;
+  result.scheme = ro.combination_spec.scheme;
   if (!trace.mem_usage.empty()) {
     ro.memory_probe = &trace_memory;
   } else if (model.has_value()) {

@@ -72,9 +72,13 @@ RuntimeOptions ReplayRuntimeOptions(const RuntimeConfig& config, const ReplayRun
   // The static policy never updates; kReplan lets it hold any gear scheme.
   ro.policy = options.policy;
   ro.replan = config.replan;
-  ro.scheme = options.scheme.value_or(config.scheme);
-  if (ro.scheme == config.scheme) ro.combinations = config.combinations;
-  ro.cover_ratio = config.cover_ratio;
+  // A scheme override starts from every cell of the initial gears; the
+  // config's own scheme keeps its combinations.
+  ro.combination_spec = config.combination_spec;
+  if (options.scheme.has_value() && *options.scheme != config.combination_spec.scheme) {
+    ro.combination_spec.scheme = *options.scheme;
+    ro.combination_spec.combinations.clear();
+  }
   ro.clock = clock;
   ro.pool = pool;
   ro.start_worker = false;

@@ -5,10 +5,12 @@
 
 #include "absl/status/status.h"
 #include "gearbox/backend.h"
+#include "gearbox/export.h"
 
 namespace gearbox {
 
-absl::Status RegisterBuiltinBackends(BackendRegistry& registry = BackendRegistry::Global());
+GEARBOX_EXPORT absl::Status RegisterBuiltinBackends(
+    BackendRegistry& registry = BackendRegistry::Global());
 
 }  // namespace gearbox
 

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "gearbox/backend.h"
+#include "gearbox/export.h"
 #include "gearbox/memory_probe.h"
 
 namespace gearbox {
@@ -37,18 +38,19 @@ struct CudaGraphOptions {
 };
 
 // True when a CUDA device can be used (tests skip otherwise).
-bool CudaDeviceAvailable();
+GEARBOX_EXPORT bool CudaDeviceAvailable();
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaGraphBackend(CudaGraphOptions options);
+GEARBOX_EXPORT absl::StatusOr<std::unique_ptr<Backend>> MakeCudaGraphBackend(
+    CudaGraphOptions options);
 
 // Registry name "cuda_graph": a built-in model over x [B, S, H] -> y
 // (y = tanh(x w + b) at valid positions, plus its mean over the valid
 // sequence positions; padding is masked). Params: hidden, batch_dim
 // (-1 for none), seq_dim, device.
-absl::Status RegisterCudaGraphBackend(BackendRegistry& registry);
+GEARBOX_EXPORT absl::Status RegisterCudaGraphBackend(BackendRegistry& registry);
 
 // 1 - free / total of the device's memory (cudaMemGetInfo).
-class CudaMemoryProbe final : public MemoryProbe {
+class GEARBOX_EXPORT CudaMemoryProbe final : public MemoryProbe {
  public:
   explicit CudaMemoryProbe(int device = 0) : device_(device) {}
   absl::StatusOr<double> UsageFraction() override;

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "gearbox/backend.h"
+#include "gearbox/export.h"
 
 namespace gearbox {
 
@@ -34,9 +35,9 @@ struct TransformerBlockOptions {
 
 // Registry name "onednn"; params: hidden, heads, mlp_ratio, seed,
 // batch_dim (-1 for none), seq_dim.
-absl::StatusOr<std::unique_ptr<Backend>> MakeOneDnnTransformerBackend(
+GEARBOX_EXPORT absl::StatusOr<std::unique_ptr<Backend>> MakeOneDnnTransformerBackend(
     const TransformerBlockOptions& options);
-absl::Status RegisterOneDnnBackend(BackendRegistry& registry);
+GEARBOX_EXPORT absl::Status RegisterOneDnnBackend(BackendRegistry& registry);
 
 }  // namespace gearbox
 
