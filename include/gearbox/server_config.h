@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gearbox/export.h"
 
 namespace gearbox {
 
@@ -24,10 +25,10 @@ enum class ServerKind {
   kSglang,  // python -m sglang.launch_server: --cuda-graph-bs ...
   kTrtllm,  // trtllm-serve: cuda_graph_config.batch_sizes (extra LLM API options YAML)
 };
-std::string_view ServerKindName(ServerKind server);  // "vllm", "sglang", "trtllm"
+GEARBOX_EXPORT std::string_view ServerKindName(ServerKind server);  // "vllm", "sglang", "trtllm"
 // Errors name `field` (e.g. "--emit"), the value and the allowed names.
-absl::StatusOr<ServerKind> ParseServerKind(std::string_view name,
-                                           std::string_view field = "--emit");
+GEARBOX_EXPORT absl::StatusOr<ServerKind> ParseServerKind(std::string_view name,
+                                                          std::string_view field = "--emit");
 
 // vLLM's spellings of the same list.
 enum class VllmSyntax {
@@ -36,9 +37,9 @@ enum class VllmSyntax {
   kCudagraphCaptureSizes,  // --cudagraph-capture-sizes 1 2 4 (vLLM >= 0.11.1)
 };
 // "compilation-config", "cuda-graph-sizes", "cudagraph-capture-sizes"
-std::string_view VllmSyntaxName(VllmSyntax syntax);
-absl::StatusOr<VllmSyntax> ParseVllmSyntax(std::string_view name,
-                                           std::string_view field = "--vllm-syntax");
+GEARBOX_EXPORT std::string_view VllmSyntaxName(VllmSyntax syntax);
+GEARBOX_EXPORT absl::StatusOr<VllmSyntax> ParseVllmSyntax(std::string_view name,
+                                                          std::string_view field = "--vllm-syntax");
 
 struct ServerConfigOptions {
   ServerKind server = ServerKind::kVllm;
@@ -60,13 +61,13 @@ struct ServerConfigOptions {
 
 // The server's list: ascending, distinct, each >= 1 (vLLM: tokens; SGLang and
 // TensorRT-LLM: sequences). Errors name the option, the value and what is allowed.
-absl::StatusOr<std::vector<int64_t>> ServerSizes(std::span<const int64_t> gears,
-                                                 const ServerConfigOptions& options);
+GEARBOX_EXPORT absl::StatusOr<std::vector<int64_t>> ServerSizes(std::span<const int64_t> gears,
+                                                                const ServerConfigOptions& options);
 
 // ServerSizes in the server's own syntax, ending in a newline: one line of
 // command-line flags (vLLM, SGLang) or a YAML document (TensorRT-LLM).
-absl::StatusOr<std::string> EmitServerConfig(std::span<const int64_t> gears,
-                                             const ServerConfigOptions& options);
+GEARBOX_EXPORT absl::StatusOr<std::string> EmitServerConfig(std::span<const int64_t> gears,
+                                                            const ServerConfigOptions& options);
 
 }  // namespace gearbox
 
