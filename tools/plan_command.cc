@@ -39,6 +39,7 @@ struct PlanFlags {
   GearCostModel cost;
   std::string weights;
   std::string joint;  // "A,B": two-dimensional schemes
+  std::string schemes = "independent,joint,sparse";  // with --joint
   int graphs = 0;
   // --emit: the plan in an inference server's syntax.
   std::string emit;
@@ -71,7 +72,15 @@ int RunJoint(const PlanFlags& f) {
   std::string text =
       fmt::format("{} x {}: {} rows, {} distinct pairs, at most {} compiled graphs\n", a, b,
                   trace->rows(), sizes.size(), f.graphs);
-  for (GearScheme scheme : {GearScheme::kIndependent, GearScheme::kJoint, GearScheme::kSparse}) {
+  std::vector<GearScheme> schemes;
+  std::stringstream names(f.schemes);
+  for (std::string name; std::getline(names, name, ',');) {
+    auto scheme = ParseGearScheme(name, "--scheme");
+    if (!scheme.ok()) return Fail(std::string(scheme.status().message()));
+    schemes.push_back(*scheme);
+  }
+  if (schemes.empty()) return Fail("--scheme: name at least one of independent, joint, sparse");
+  for (GearScheme scheme : schemes) {
     auto p = PlanJoint(sizes, f.graphs, scheme, f.seed);
     if (!p.ok()) return Fail(std::string(p.status().message()));
     text += fmt::format("  {:<12} {:>4} graphs  waste {:>8.2f}%  uncompiled requests {:>6.2f}%\n",
@@ -295,6 +304,8 @@ Command AddPlanCommand(CLI::App& app) {
                   "two columns A,B: compare independent, joint and sparse 2-D gears");
   cmd->add_option("--graphs", f->graphs, "with --joint: the compiled-graph budget")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--scheme", f->schemes,
+                  "with --joint: the schemes to plan, comma-separated (default all three)");
   cmd->add_option("--gears", f->gears, "plan exactly K gears")->check(CLI::Range(1, 4096));
   cmd->add_option("--budget", f->budget, "choose the count (1..N) by the cost model")
       ->check(CLI::Range(1, 4096));

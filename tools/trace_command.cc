@@ -1,10 +1,12 @@
 // `gearbox trace convert`: public request traces into the trace CSV.
+// `gearbox trace synth`: a named synthetic scenario (gearbox/trace_synth.h).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "gearbox/trace_convert.h"
+#include "gearbox/trace_synth.h"
 #include "tools/commands.h"
 #include "tools/output.h"
 
@@ -77,10 +79,96 @@ int RunConvert(const ConvertFlags& f) {
   return 0;
 }
 
+struct SynthFlags {
+  bool list = false;
+  std::string scenario;
+  std::string output;
+  std::string view = "prefill";
+  std::string data_dir = "data";
+  SynthOptions options;
+  double step_ms = 20.0;
+  int64_t max_running = 256;
+};
+
+int SynthFail(const absl::Status& s) {
+  std::fprintf(stderr, "gearbox trace synth: %s\n", std::string(s.message()).c_str());
+  return 2;
+}
+
+int ListScenarios() {
+  for (const SynthScenario& s : SynthScenarios()) {
+    std::printf("%-20s %s\n", s.name.c_str(), s.description.c_str());
+  }
+  return 0;
+}
+
+int RunSynth(const SynthFlags& f) {
+  if (f.list) return ListScenarios();
+  if (f.scenario.empty())
+    return SynthFail(absl::InvalidArgumentError("--scenario: name one (--list)"));
+  if (f.output.empty())
+    return SynthFail(absl::InvalidArgumentError("--output: name the trace CSV to write"));
+  if (f.view != "prefill" && f.view != "decode") {
+    return SynthFail(
+        absl::InvalidArgumentError("--view: \"" + f.view + "\" is not allowed; prefill or decode"));
+  }
+  auto scenario = FindSynthScenario(f.scenario);
+  if (!scenario.ok()) return SynthFail(scenario.status());
+  if (auto s = CheckOutputPaths({}, {{"--output", f.output}}); !s.ok()) return SynthFail(s);
+  auto pools = LoadLengthPools(f.data_dir);
+  if (!pools.ok()) return SynthFail(pools.status());
+  auto requests = SynthRequests(*scenario, *pools, f.options);
+  if (!requests.ok()) return SynthFail(requests.status());
+  if (requests->empty())
+    return SynthFail(
+        absl::InvalidArgumentError("--rate: no requests drawn; raise --rate or --hours"));
+  absl::StatusOr<Trace> trace;
+  if (f.view == "prefill") {
+    trace = PrefillView(*requests);
+  } else {
+    trace = SynthDecodeView(*requests, {f.step_ms / 1000.0, f.max_running}, f.options.max_rows);
+  }
+  if (!trace.ok()) return SynthFail(trace.status());
+  AtomicFile out(f.output);
+  if (auto s = out.status(); !s.ok()) return SynthFail(s);
+  WriteTraceCsv(*trace, out.stream());
+  if (auto s = out.Commit(); !s.ok()) return SynthFail(s);
+  std::fprintf(stderr,
+               "gearbox trace synth: %s seed %llu: %zu requests -> %zu rows (%s view) in %s\n",
+               f.scenario.c_str(), static_cast<unsigned long long>(f.options.seed),
+               requests->size(), trace->rows(), f.view.c_str(), f.output.c_str());
+  return 0;
+}
+
+void AddSynth(CLI::App& trace, const std::shared_ptr<SynthFlags>& f) {
+  CLI::App* cmd = trace.add_subcommand(
+      "synth", "write a named synthetic scenario (real length distributions, realistic arrivals)");
+  cmd->add_flag("--list", f->list, "print every scenario with a one-line description");
+  cmd->add_option("--scenario", f->scenario, "scenario name (--list)");
+  cmd->add_option("--output", f->output, "trace CSV to write");
+  cmd->add_option("--view", f->view, "prefill (t,SEQLEN) or decode (t,BATCHSIZE,SEQLEN)");
+  cmd->add_option("--seed", f->options.seed, "random seed (same seed, same bytes)");
+  cmd->add_option("--hours", f->options.hours, "trace length in hours (default: the scenario's)")
+      ->check(NumberIn(0, 168, "hours in (0, 168]", true));
+  cmd->add_option("--rate", f->options.rate,
+                  "mean requests per second, every tenant scaled (default: the scenario's)")
+      ->check(NumberIn(0, 1e5, "mean requests per second in (0, 100000]", true));
+  cmd->add_option("--max-rows", f->options.max_rows,
+                  "refuse a trace above this many rows (default 20000000)")
+      ->check(NumberIn(1, static_cast<double>(kMaxSynthMaxRows), "an integer in [1, 200000000]"));
+  cmd->add_option("--data-dir", f->data_dir,
+                  "directory of the bundled length distributions (default data)");
+  cmd->add_option("--step-ms", f->step_ms, "decode: step time in milliseconds")
+      ->check(NumberIn(0, 1e9, "milliseconds > 0", true));
+  cmd->add_option("--max-running", f->max_running, "decode: most running sequences")
+      ->check(NumberIn(1, 1e6, "sequences in [1, 1000000]"));
+}
+
 }  // namespace
 
 Command AddTraceCommand(CLI::App& app) {
   auto f = std::make_shared<ConvertFlags>();
+  auto synth = std::make_shared<SynthFlags>();
   CLI::App* trace = app.add_subcommand("trace", "trace utilities");
   CLI::App* cmd = trace->add_subcommand("convert", "convert a public trace into the trace CSV");
   trace->require_subcommand(1);
@@ -95,7 +183,9 @@ Command AddTraceCommand(CLI::App& app) {
       ->check(NumberIn(0, 1e9, "milliseconds > 0", true));
   cmd->add_option("--max-running", f->max_running, "decode: most running sequences")
       ->check(NumberIn(1, 1e6, "sequences in [1, 1000000]"));
-  return [f] { return RunConvert(*f); };
+  AddSynth(*trace, synth);
+  CLI::App* synth_cmd = trace->get_subcommand("synth");
+  return [f, synth, synth_cmd] { return synth_cmd->parsed() ? RunSynth(*synth) : RunConvert(*f); };
 }
 
 }  // namespace gearbox::tools

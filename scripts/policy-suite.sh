@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The policy suite (docs/POLICY.md, "The policy suite"): replays every
+# synthetic scenario (`gearbox trace synth --list`, prefill and decode views)
+# and every real trace in data/ with every policy (static, adaptive, replan;
+# on decode views also replan's joint and sparse schemes), and prints one
+# table: padding waste, the offline optimum at the same live-graph count, their
+# ratio, compiles per hour per live graph, churn, then the worst and the median
+# per policy over the suite; plus the leave-one-out choice of replan's gear
+# lifetime. Writes the same figures as JSON (--output, default
+# out/policy-suite.json).
+#
+#   scripts/policy-suite.sh [--quick] [--output FILE] [--jobs N] [--keep DIR]
+#
+# --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
+# three of them, a 3-value lifetime grid (about 3 minutes on 2 cores);
+# otherwise every scenario at its own length (about 20 minutes on 2 cores).
+# BUILD_DIR (default build) holds the gearbox tool; it is built when missing
+# or out of date. OMP_NUM_THREADS defaults to 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+QUICK=0
+OUTPUT=out/policy-suite.json
+JOBS=2
+KEEP=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) QUICK=1; shift ;;
+    --output) OUTPUT="$2"; shift 2 ;;
+    --jobs) JOBS="$2"; shift 2 ;;
+    --keep) KEEP="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "policy-suite.sh: unknown argument \"$1\"; --quick, --output FILE, --jobs N, --keep DIR" >&2
+       exit 2 ;;
+  esac
+done
+
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+BUILD_DIR=${BUILD_DIR:-build}
+if [[ ! -f "$BUILD_DIR/build.ninja" && ! -f "$BUILD_DIR/Makefile" ]]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEARBOX_WITH_CUDA=OFF >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j"$JOBS" --target gearbox_cli >/dev/null
+GEARBOX="$(pwd)/$BUILD_DIR/tools/gearbox"
+PY=/usr/bin/python3
+HELPER="$(pwd)/scripts/policy_suite.py"
+
+if [[ -n "$KEEP" ]]; then
+  mkdir -p "$KEEP"
+  WORK="$(cd "$KEEP" && pwd)"
+else
+  WORK="$(mktemp -d)"
+  trap 'rm -rf "$WORK"' EXIT
+fi
+
+# Scenarios, views and lengths.
+QUICK_SCENARIOS="poisson-azure poisson-mix low-rate diurnal step-chat-to-docs drift-up burst-long tenants-shift"
+QUICK_DECODE="poisson-azure step-chat-to-docs burst-long"
+if [[ $QUICK == 1 ]]; then
+  SCENARIOS=$QUICK_SCENARIOS
+  DECODE=$QUICK_DECODE
+  HOURS="--hours 0.5"
+  GRID=600,2400,7200
+else
+  SCENARIOS=$("$GEARBOX" trace synth --list | awk '{print $1}')
+  # Decode views: every scenario of at most an hour at a served rate (the
+  # high-rate one saturates any batch; 24 h decode views are 4 million steps
+  # each, see docs/POLICY.md).
+  DECODE=$(echo "$SCENARIOS" | grep -v -e '24h$' -e '^high-rate$' | tr '\n' ' ')
+  HOURS=""
+  GRID=600,1200,2400,3600,7200
+fi
+
+# One job: make the trace, replay it, and (decode) plan the offline optimum
+# at each run's graph count; (prefill) replan at each lifetime of the grid.
+job() {
+  set -euo pipefail
+  local name=$1 kind=$2 view=$3
+  local trace="$WORK/$name.$view.csv" base="$WORK/$name.$view"
+  if [[ $kind == real ]]; then
+    "$GEARBOX" trace convert --format azure --view "$view" \
+      --input data/AzureLLMInferenceTrace_conv.csv --output "$trace" 2>/dev/null
+  else
+    # shellcheck disable=SC2086
+    "$GEARBOX" trace synth --scenario "$name" --seed 1 $HOURS --view "$view" --output "$trace" 2>/dev/null
+  fi
+  echo "$kind" >"$WORK/$name.kind"
+  local config=data/configs/${view}_times.json
+  "$GEARBOX" replay --config "$config" --trace "$trace" --policy static,adaptive,replan \
+    --optimum --max-reject-ratio 1 --summary "$base.main.json" >"$base.main.txt" 2>&1
+  if [[ $view == decode ]]; then
+    "$GEARBOX" replay --config "$config" --trace "$trace" --policy replan --scheme joint,sparse \
+      --max-reject-ratio 1 --summary "$base.schemes.json" >"$base.schemes.txt" 2>&1
+    for g in $($PY "$HELPER" graphs "$base.main.json" "$base.schemes.json"); do
+      "$GEARBOX" plan --trace "$trace" --joint BATCHSIZE,SEQLEN --graphs "$g" \
+        --scheme independent --json \
+        >"$base.plan-$g.json"
+    done
+  else
+    for s in ${GRID//,/ }; do
+      $PY "$HELPER" config "$config" "$s" "$WORK/life-$s.$name.json"
+      "$GEARBOX" replay --config "$WORK/life-$s.$name.json" --trace "$trace" --policy replan \
+        --optimum --max-reject-ratio 1 --summary "$base.life-$s.json" >/dev/null 2>&1
+    done
+  fi
+  rm -f "$trace"
+  echo "  done $name ($view)" >&2
+}
+export -f job
+export WORK GEARBOX PY HELPER HOURS GRID
+
+{
+  echo "azure-conv real prefill"
+  echo "azure-conv real decode"
+  for s in $SCENARIOS; do echo "$s scenario prefill"; done
+  for s in $DECODE; do echo "$s scenario decode"; done
+} | xargs -P "$JOBS" -L 1 bash -c 'job "$@"' _
+
+mkdir -p "$(dirname "$OUTPUT")"
+"$PY" "$HELPER" aggregate "$WORK" "$OUTPUT" --grid "$GRID"
+echo "wrote $OUTPUT" >&2

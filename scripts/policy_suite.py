@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+"""The policy suite's helper (scripts/policy-suite.sh); standard library only.
+
+  policy_suite.py graphs SUMMARY.json...    the distinct round(avg_graphs) of the runs
+  policy_suite.py config BASE.json SECONDS OUT.json
+                                            BASE with replan.min_gear_lifetime_seconds
+  policy_suite.py aggregate DIR OUT.json [--grid 600,1200,...]
+                                            the table (stdout, Markdown) and OUT.json
+
+Files in DIR (written by policy-suite.sh), TRACE a scenario or a real trace:
+  TRACE.prefill.main.json   gearbox replay --optimum summary: static, adaptive, replan
+  TRACE.decode.main.json    the same for the decode view (independent scheme)
+  TRACE.decode.schemes.json replan/joint and replan/sparse
+  TRACE.decode.plan-G.json  gearbox plan --joint BATCHSIZE,SEQLEN --graphs G
+                            --scheme independent --json
+  TRACE.prefill.life-S.json replan with min_gear_lifetime_seconds = S (leave-one-out)
+  TRACE.kind                "scenario" or "real"
+"""
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+
+def runs_of(path):
+    """{run name: run object} of a replay summary (one run or several)."""
+    with open(path) as f:
+        s = json.load(f)
+    if "policies" in s:
+        return s["policies"]
+    return {s["policy"]: s}
+
+
+def graph_count(run):
+    return max(1, int(math.floor(run["avg_graphs"] + 0.5)))
+
+
+def cmd_graphs(paths):
+    counts = set()
+    for p in paths:
+        for run in runs_of(p).values():
+            counts.add(graph_count(run))
+    print(" ".join(str(c) for c in sorted(counts)))
+
+
+def cmd_config(base, seconds, out):
+    with open(base) as f:
+        c = json.load(f)
+    c.setdefault("replan", {})["min_gear_lifetime_seconds"] = float(seconds)
+    with open(out, "w") as f:
+        json.dump(c, f)
+
+
+def optimum_1d(run):
+    """Waste of the offline optimum with round(avg_graphs) gears (1-D)."""
+    (dim,) = run["offline_optimum"].values()
+    return dim["same_graph_count"]["waste"], dim["same_graph_count"]["gears"]
+
+
+def optimum_2d(directory, trace, run):
+    """The offline plan with at most round(avg_graphs) graphs (2-D): the
+    independent scheme (gear lists exact per dimension; the combinations
+    used count as graphs). The joint planner (k-means, a heuristic) is at
+    times a little better and ten times slower; the sparse plan runs
+    requests uncompiled, so it is no yardstick."""
+    g = graph_count(run)
+    with open(os.path.join(directory, f"{trace}.decode.plan-{g}.json")) as f:
+        plans = json.load(f)
+    best = min(p["padding_waste"] for p in plans if p["scheme"] == "independent")
+    return best, g
+
+
+def row_of(directory, trace, view, kind, name, run):
+    if view == "prefill":
+        opt, g = optimum_1d(run)
+    else:
+        opt, g = optimum_2d(directory, trace, run)
+    waste = run["padding_waste"]
+    graphs = run["avg_graphs"]
+    return {
+        "trace": trace,
+        "kind": kind,
+        "view": view,
+        "policy": name,
+        "requests": run["requests"],
+        "hours": run["trace_seconds"] / 3600.0,
+        "waste": waste,
+        "avg_graphs": graphs,
+        "peak_graphs": run["peak_graphs"],
+        "optimum_graphs": g,
+        "optimum_waste": opt,
+        "ratio": waste / opt if opt > 1e-12 else (1.0 if waste <= 1e-12 else math.inf),
+        "compiles": run["compiles"],
+        "compiles_per_hour": run["compiles_per_hour"],
+        "compiles_per_hour_per_graph": run["compiles_per_hour"] / max(graphs, 1e-9),
+        "short_lived_gears": run["short_lived_gears"],
+        "max_gear_cycles_per_hour": run["max_gear_cycles_per_hour"],
+        "eager_share": run["eager_requests"] / max(1, run["requests"]),
+        "rejected": run["rejected_requests"],
+    }
+
+
+def collect(directory):
+    rows = []
+    kinds = {}
+    for f in sorted(os.listdir(directory)):
+        if f.endswith(".kind"):
+            with open(os.path.join(directory, f)) as k:
+                kinds[f[: -len(".kind")]] = k.read().strip()
+    for trace in sorted(kinds, key=lambda t: (kinds[t] != "real", t)):
+        for view in ("prefill", "decode"):
+            for part in ("main", "schemes"):
+                p = os.path.join(directory, f"{trace}.{view}.{part}.json")
+                if not os.path.exists(p):
+                    continue
+                for name, run in runs_of(p).items():
+                    rows.append(row_of(directory, trace, view, kinds[trace], name, run))
+    return rows
+
+
+def pct(x):
+    return f"{100 * x:.1f}%"
+
+
+def num(x, digits=2):
+    return "inf" if math.isinf(x) else f"{x:.{digits}f}"
+
+
+def summarize(rows):
+    """Worst and median per (view, policy) over the suite."""
+    out = []
+    keys = sorted({(r["view"], r["policy"]) for r in rows}, key=lambda k: (k[0] != "prefill", k))
+    for view, policy in keys:
+        rs = [r for r in rows if r["view"] == view and r["policy"] == policy]
+        entry = {"view": view, "policy": policy, "traces": len(rs)}
+        for field in ("ratio", "waste", "compiles_per_hour_per_graph", "short_lived_gears",
+                      "max_gear_cycles_per_hour", "avg_graphs", "peak_graphs", "eager_share"):
+            values = [r[field] for r in rs]
+            worst = max(values)
+            entry[field] = {"worst": worst, "median": statistics.median(values),
+                            "worst_trace": rs[values.index(worst)]["trace"]}
+        out.append(entry)
+    return out
+
+
+def leave_one_out(directory, grid):
+    """For each prefill trace, the replan lifetime chosen on the OTHER traces
+    and what it gives on the trace itself. The choice: among the values that
+    keep the churn targets on every other trace (compiles per hour per live
+    graph <= 2, no gear added and evicted more than once an hour), the least
+    worst ratio, then the least median; if no value keeps them, the fewest
+    traces that break them, then the same."""
+    table = {}  # trace -> {seconds: figures}
+    for f in os.listdir(directory):
+        m = re.fullmatch(r"(.+)\.prefill\.life-(\d+)\.json", f)
+        if not m:
+            continue
+        (run,) = runs_of(os.path.join(directory, f)).values()
+        opt, _ = optimum_1d(run)
+        table.setdefault(m.group(1), {})[int(m.group(2))] = {
+            "ratio": run["padding_waste"] / opt if opt > 1e-12 else math.inf,
+            "compiles_per_hour_per_graph": run["compiles_per_hour"] / max(run["avg_graphs"], 1e-9),
+            "max_gear_cycles_per_hour": run["max_gear_cycles_per_hour"],
+        }
+    traces = sorted(t for t in table if all(s in table[t] for s in grid))
+    if len(traces) < 2:
+        return None
+
+    def breaks(t, s):
+        f = table[t][s]
+        return f["compiles_per_hour_per_graph"] > 2.0 or f["max_gear_cycles_per_hour"] > 1
+
+    def score(others, s):
+        ratios = [table[t][s]["ratio"] for t in others]
+        return (sum(breaks(t, s) for t in others), max(ratios), statistics.median(ratios))
+
+    per_trace = []
+    for held_out in traces:
+        others = [t for t in traces if t != held_out]
+        chosen = min(grid, key=lambda s: score(others, s))
+        f = table[held_out][chosen]
+        per_trace.append({
+            "trace": held_out,
+            "chosen_seconds": chosen,
+            "ratio": f["ratio"],
+            "compiles_per_hour_per_graph": f["compiles_per_hour_per_graph"],
+            "max_gear_cycles_per_hour": f["max_gear_cycles_per_hour"],
+            "ratio_by_seconds": {str(s): table[held_out][s]["ratio"] for s in grid},
+        })
+    on_all = min(grid, key=lambda s: score(traces, s))
+    ratios = [p["ratio"] for p in per_trace]
+    return {
+        "parameter": "replan.min_gear_lifetime_seconds",
+        "grid": grid,
+        "criterion": "fewest other traces breaking the churn targets (compiles/h per graph <= 2, "
+                     "max cycles/h <= 1), then least worst ratio, then least median",
+        "chosen_on_all": on_all,
+        "held_out": per_trace,
+        "worst_held_out_ratio": max(ratios),
+        "median_held_out_ratio": statistics.median(ratios),
+    }
+
+
+def print_tables(rows, summary, loo):
+    print("| trace | view | policy | waste | graphs avg (peak) | optimum (graphs) | ratio "
+          "| compiles/h per graph | short-lived | max cycles/h | eager |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['trace']}{' (real)' if r['kind'] == 'real' else ''} | {r['view']} "
+              f"| {r['policy']} | {pct(r['waste'])} | {r['avg_graphs']:.1f} ({r['peak_graphs']}) "
+              f"| {pct(r['optimum_waste'])} ({r['optimum_graphs']}) | {num(r['ratio'])} "
+              f"| {num(r['compiles_per_hour_per_graph'])} | {r['short_lived_gears']} "
+              f"| {r['max_gear_cycles_per_hour']} | {pct(r['eager_share'])} |")
+    print()
+    print("| view | policy | traces | ratio worst (trace) | ratio median "
+          "| compiles/h per graph worst (trace) | median | short-lived worst | max cycles/h worst "
+          "| peak graphs worst | eager worst |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s in summary:
+        print(f"| {s['view']} | {s['policy']} | {s['traces']} "
+              f"| {num(s['ratio']['worst'])} ({s['ratio']['worst_trace']}) "
+              f"| {num(s['ratio']['median'])} "
+              f"| {num(s['compiles_per_hour_per_graph']['worst'])} "
+              f"({s['compiles_per_hour_per_graph']['worst_trace']}) "
+              f"| {num(s['compiles_per_hour_per_graph']['median'])} "
+              f"| {s['short_lived_gears']['worst']} | {s['max_gear_cycles_per_hour']['worst']} "
+              f"| {s['peak_graphs']['worst']} | {pct(s['eager_share']['worst'])} |")
+    if loo:
+        print()
+        print(f"Leave-one-out, {loo['parameter']} over {loo['grid']} "
+              f"({loo['criterion']}); on all traces: {loo['chosen_on_all']} s")
+        print()
+        print("| held-out trace | chosen on the others (s) | ratio there | compiles/h per graph "
+              "| max cycles/h | " + " | ".join(f"ratio at {s} s" for s in loo["grid"]) + " |")
+        print("|---|---:|---:|---:|---:|" + "---:|" * len(loo["grid"]))
+        for p in loo["held_out"]:
+            print(f"| {p['trace']} | {p['chosen_seconds']} | {num(p['ratio'])} "
+                  f"| {num(p['compiles_per_hour_per_graph'])} | {p['max_gear_cycles_per_hour']} | "
+                  + " | ".join(num(p["ratio_by_seconds"][str(s)]) for s in loo["grid"]) + " |")
+        print(f"\nheld-out ratio: worst {num(loo['worst_held_out_ratio'])}, "
+              f"median {num(loo['median_held_out_ratio'])}")
+
+
+def finite(x):
+    """x with infinities as None (strict JSON)."""
+    if isinstance(x, float) and math.isinf(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite(v) for v in x]
+    return x
+
+
+def cmd_aggregate(directory, out, grid):
+    rows = collect(directory)
+    if not rows:
+        sys.exit(f"policy_suite.py: no replay summaries in {directory}")
+    summary = summarize(rows)
+    loo = leave_one_out(directory, grid) if grid else None
+    print_tables(rows, summary, loo)
+    with open(out + ".tmp", "w") as f:
+        json.dump(finite({"rows": rows, "summary": summary, "leave_one_out": loo}), f, indent=1)
+    os.replace(out + ".tmp", out)
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[1] == "graphs":
+        cmd_graphs(argv[2:])
+    elif len(argv) == 5 and argv[1] == "config":
+        cmd_config(argv[2], argv[3], argv[4])
+    elif len(argv) >= 4 and argv[1] == "aggregate":
+        grid = []
+        if len(argv) == 6 and argv[4] == "--grid":
+            grid = [int(x) for x in argv[5].split(",") if x]
+        cmd_aggregate(argv[2], argv[3], grid)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
