@@ -508,3 +508,25 @@ def test_interpreter_exit_with_everything_still_open():
                             timeout=120, env={**__import__("os").environ})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_memory_probe_from_python():
+    config = batch_config([32, 128], device_memory_usage_threshold_ratio=0.9)
+    usage = [0.95]
+    with gearbox.Runtime(config, policy="adaptive", clock="manual",
+                         memory_probe=lambda: usage[0]) as rt:
+        record = rt.run_once(now=10.0)
+        assert record["memory"]["usage"] == 0.95 and record["memory"]["high"]
+        usage[0] = 0.5
+        assert not rt.run_once(now=20.0)["memory"]["high"]
+
+    def broken():
+        raise OSError("no device")
+
+    with gearbox.Runtime(config, policy="adaptive", clock="manual", memory_probe=broken) as rt:
+        memory = rt.run_once(now=10.0)["memory"]
+        assert memory["usage"] is None and "no device" in memory["error"]
+    with gearbox.Runtime(config, clock="manual", memory_probe=lambda: "full") as rt:
+        assert "not a number" in rt.run_once(now=10.0)["memory"]["error"]
+    with pytest.raises(TypeError, match="memory_probe"):
+        gearbox.Runtime(config, memory_probe=0.5)
