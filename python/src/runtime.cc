@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -208,6 +209,17 @@ size_t PoolRemove(PyPool& p, const std::vector<uint64_t>& keys) {
 
 std::atomic<uint64_t> next_runtime_id{1};
 
+// Depth of callbacks from a runtime's update path (release listeners, memory
+// probes) on this thread. Inside one, the worker cannot be joined from here:
+// it may be this very thread.
+thread_local int callback_depth = 0;
+struct CallbackScope {
+  CallbackScope() { ++callback_depth; }
+  ~CallbackScope() { --callback_depth; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+};
+
 // A Python callable () -> float as the runtime's memory probe, called on the
 // updating thread with the GIL taken. An exception or a non-number is an
 // "unknown" reading (no pressure), its message in the update record.
@@ -220,6 +232,7 @@ std::unique_ptr<MemoryProbe> MakeMemoryProbe(const py::object& fn) {
   return std::make_unique<FunctionMemoryProbe>([callable]() -> absl::StatusOr<double> {
     if (!PythonAlive()) return absl::UnavailableError("the Python interpreter is finalizing");
     py::gil_scoped_acquire gil;
+    const CallbackScope scope;
     try {
       return callable->get()().cast<double>();
     } catch (py::error_already_set& e) {
@@ -328,6 +341,15 @@ class PyRuntime {
       return;
     }
     py::gil_scoped_release release;
+    if (callback_depth > 0) {
+      // Closed from a listener or probe, maybe on the worker thread itself:
+      // another thread joins the worker once this callback has returned.
+      std::thread([state = std::move(state)]() mutable {
+        state->runtime->StopWorker();
+        state.reset();
+      }).detach();
+      return;
+    }
     state->runtime->StopWorker();
     state.reset();
   }
@@ -418,6 +440,11 @@ class PyRuntime {
 
   void StopWorker() const {
     auto s = Get("stop_worker");
+    if (callback_depth > 0) {
+      throw std::runtime_error(
+          "Runtime.stop_worker: called from a release listener or memory probe, which may run on "
+          "the worker thread itself; stop the worker from another thread (or call close())");
+    }
     py::gil_scoped_release release;  // the worker may be waiting for the GIL in a listener
     s->runtime->StopWorker();
   }
@@ -537,6 +564,7 @@ class PyRuntime {
     AdaptiveGearRuntime::ReleaseListener listener = [callable](std::span<const GraphKey> keys) {
       if (!PythonAlive()) return;
       py::gil_scoped_acquire gil;
+      const CallbackScope scope;
       try {
         py::list list;
         for (GraphKey k : keys) list.append(py::int_(k));

@@ -530,3 +530,28 @@ def test_memory_probe_from_python():
         assert "not a number" in rt.run_once(now=10.0)["memory"]["error"]
     with pytest.raises(TypeError, match="memory_probe"):
         gearbox.Runtime(config, memory_probe=0.5)
+
+
+def test_close_and_stop_from_a_listener_on_the_worker():
+    # A listener on the worker thread cannot join that thread: stop_worker
+    # there raises, close() hands the join to another thread.
+    config = batch_config([128], check_interval_seconds=60, update_interval_seconds=60)
+    rt = gearbox.Runtime(config, policy="adaptive", clock="manual", start_worker=True)
+    done, errors = threading.Event(), []
+
+    def listener(keys):
+        if done.is_set():
+            return
+        try:
+            rt.stop_worker()
+        except RuntimeError as e:
+            errors.append(str(e))
+        rt.close()
+        done.set()
+
+    rt.add_release_listener(listener)
+    assert run_worker_until(rt, done)
+    assert rt.closed
+    assert len(errors) == 1 and "another thread" in errors[0]
+    with pytest.raises(RuntimeError, match="runtime is closed"):
+        rt.plan([1])
