@@ -829,12 +829,13 @@ class GearedModule(torch.nn.Module):
         key = rt.pool.register(compiled, compiled.bytes)
         rt.pool.consume_recent_keys()
         compiled.key = key
+        now = rt.now()
         with self._lock:
             self._table[compiled.gear] = compiled
             self._by_key[key] = compiled.gear
             self._counts["compiles"] += 1
             self._compile_log.append({"gear": list(compiled.gear), "seconds": compiled.compile_seconds,
-                                      "bytes": compiled.bytes, "time": rt.now()})
+                                      "bytes": compiled.bytes, "time": now})
         attached = rt.attach_cleanup_keys(list(compiled.gear), [key])
         if not attached:
             self._drop_keys([key])

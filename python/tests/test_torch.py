@@ -344,9 +344,11 @@ class _Runner:
 
     def __init__(self, module, gate):
         self.module, self.gate = module, gate
+        self.entered = threading.Event()
 
     def __call__(self, *args):
-        self.gate.wait(30)
+        self.entered.set()
+        assert self.gate.wait(30)
         return self.module(*args)
 
 
@@ -361,12 +363,15 @@ def test_an_evicted_gears_module_is_released_only_after_in_flight_calls_finish()
 
     with conv_module(compiler=compile_fn, prewarm=False, calibrate=False) as gm:
         gm(torch.randn(2, 3, 8, 8))
-        ref = weakref.ref(runners.pop(2))
+        runner = runners.pop(2)
+        ref = weakref.ref(runner)
         gate.clear()
+        runner.entered.clear()
         result = []
         t = threading.Thread(target=lambda: result.append(gm(torch.randn(2, 3, 8, 8))))
         t.start()
-        time.sleep(0.2)  # the call is now inside gear 2's module
+        assert runner.entered.wait(30)  # the call is now inside gear 2's module
+        del runner
         gm.runtime.commit_update([[1, 4]])  # evicts gear 2
         gc.collect()
         assert gm.compiled((2,)) is None
