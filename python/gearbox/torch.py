@@ -528,10 +528,14 @@ def _prewarm_loop(ref: "weakref.ref[GearedModule]", shared: _Shared) -> None:
                 shared.cond.notify_all()
 
 
-def _shutdown(shared: _Shared, rt: Any, listener_id: Optional[int]) -> None:
+def _shutdown(shared: _Shared, rt: Any, listener_id: Optional[int],
+              threads: List[threading.Thread]) -> None:
     with shared.cond:
         shared.closed = True
         shared.cond.notify_all()
+    for t in threads:  # a compile in progress finishes first
+        if t.is_alive() and t is not threading.current_thread():
+            t.join(timeout=120)
     try:
         if listener_id is not None:
             rt.remove_release_listener(listener_id)
@@ -634,14 +638,16 @@ class GearedModule(torch.nn.Module):
         me = weakref.ref(self)
         self._listener_id = self.runtime.add_release_listener(
             lambda keys: (lambda gm: gm is not None and gm._on_release(keys))(me()))
+        self._thread = None
+        threads: List[threading.Thread] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._shared, self.runtime,
-                                           self._listener_id)
+                                           self._listener_id, threads)
         if calibrated is not None:
             self._publish(calibrated[1])
-        self._thread = None
         if self._prewarm_enabled:
             self._thread = threading.Thread(target=_prewarm_loop, args=(me, self._shared),
                                             name="gearbox-prewarm", daemon=True)
+            threads.append(self._thread)
             self._thread.start()
             self._request_prewarm()
         if start_worker:
@@ -930,6 +936,8 @@ class GearedModule(torch.nn.Module):
             try:
                 self._get(gear)
             except Exception as e:  # reported; the gear compiles again on first use
+                if self._shared.closed:
+                    return
                 with self._lock:
                     self._counts["prewarm_failures"] += 1
                 warnings.warn(f"gearbox.torch prewarm: {e}", RuntimeWarning)
@@ -1066,10 +1074,9 @@ class GearedModule(torch.nn.Module):
         return record
 
     def close(self) -> None:
-        """Stops the prewarm thread and the runtime's worker; later calls raise."""
+        """Stops the prewarm thread (after the compile in progress) and the
+        runtime's worker; later calls raise RuntimeError. Idempotent."""
         self._finalizer()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
 
     def __enter__(self) -> "GearedModule":
         return self

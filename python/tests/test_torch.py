@@ -601,3 +601,17 @@ def test_summary_has_per_gear_hits_and_padding():
         assert s["gears"] == {"batch": [1, 2, 4]} and s["dims"] == ["batch"]
         for key in ("compiles", "compile_seconds", "decisions", "runtime", "released_modules"):
             assert key in s
+
+
+def test_an_unclosed_module_is_collected_and_its_runtime_closed():
+    gm = conv_module(compiler="eager")
+    assert gm.wait_prewarm(60)
+    rt, thread = gm.runtime, gm._thread
+    ref = weakref.ref(gm)
+    del gm
+    gc.collect()
+    assert ref() is None  # the listener and the prewarm thread hold no strong reference
+    thread.join(30)
+    assert not thread.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        rt.plan([1])
