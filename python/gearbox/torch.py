@@ -901,11 +901,15 @@ class GearedModule(torch.nn.Module):
         # On the updating thread, after every update: the pool has dropped the
         # evicted gears' modules; drop ours (in-flight calls keep theirs).
         self._drop_keys(list(keys))
-        rec = self.runtime.last_update()
-        if rec is not None:
-            with self._lock:
-                self._decisions.append(rec)
-        self._request_prewarm()
+        self._request_prewarm()  # the prewarm thread also notes the update's record
+
+    def _note_decision(self, rec: Optional[Dict[str, Any]]) -> None:
+        if rec is None:
+            return
+        with self._lock:
+            if self._decisions and self._decisions[-1].get("sequence") == rec.get("sequence"):
+                return
+            self._decisions.append(rec)
 
     # -------------------------------------------------------------- prewarm
 
@@ -924,6 +928,9 @@ class GearedModule(torch.nn.Module):
         return sorted(combos, key=lambda c: (-math.prod(c), c))
 
     def _prewarm_once(self) -> None:
+        # Woken by the release listener, which runs before the runtime stores
+        # the update's record: read it here, after the listener returned.
+        self._note_decision(self.runtime.last_update())
         if not self._sig.example_shapes_known():
             return
         version = self.runtime.snapshot().version
@@ -965,7 +972,9 @@ class GearedModule(torch.nn.Module):
 
     def update(self, now: Optional[float] = None) -> Dict[str, Any]:
         """One update of the gear set (the runtime's run_once); returns its record."""
-        return self.runtime.run_once(now)
+        rec = self.runtime.run_once(now)
+        self._note_decision(rec)
+        return rec
 
     # -------------------------------------------------------- introspection
 
@@ -987,6 +996,8 @@ class GearedModule(torch.nn.Module):
         return self._table.get(tuple(int(g) for g in gear))
 
     def decisions(self) -> List[Dict[str, Any]]:
+        """The update records seen (by update(), the prewarm thread, or now), oldest first."""
+        self._note_decision(self.runtime.last_update())
         with self._lock:
             return list(self._decisions)
 
@@ -1012,7 +1023,7 @@ class GearedModule(torch.nn.Module):
             counts = dict(self._counts)
             padded, raw = self._padded_volume, self._raw_volume
             released = self._released_modules
-            decisions = len(self._decisions)
+        decisions = len(self.decisions())
         secs = [c["seconds"] for c in log]
         return {
             "dims": list(self._sig.dims),
