@@ -182,8 +182,10 @@ def main():
     for mode in args.modes.split(","):
         if mode not in MODES:
             sys.exit(f"--modes: '{mode}' is not one of {MODES}")
-        cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode] + [
-            a for a in sys.argv[1:] if not a.startswith("--modes") and not a.startswith("--json")]
+        cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode]
+        for key, value in vars(args).items():
+            if key not in ("mode", "modes", "json"):
+                cmd += ["--" + key.replace("_", "-"), str(value)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"{mode} failed:\n{r.stderr}")

@@ -979,6 +979,11 @@ class GearedModule(torch.nn.Module):
     # -------------------------------------------------------- introspection
 
     @property
+    def config(self) -> Dict[str, Any]:
+        """The config the runtime was created from (with calibrated compile seconds)."""
+        return copy.deepcopy(self._config)
+
+    @property
     def dims(self) -> List[str]:
         return list(self._sig.dims)
 

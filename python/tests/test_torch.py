@@ -620,3 +620,48 @@ def test_an_unclosed_module_is_collected_and_its_runtime_closed():
     assert not thread.is_alive()
     with pytest.raises(RuntimeError, match="closed"):
         rt.plan([1])
+
+
+def _wait_until(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_the_runtime_worker_adds_a_gear_that_prewarm_compiles_before_its_first_use():
+    cfg = {"dims": [{"name": "seq", "gears": [4, 8, 64]}]}
+    with GearedModule(torch.nn.Identity(), cfg,
+                      inputs={"x": {"axes": [1, "seq", 3], "dtype": torch.float32}},
+                      outputs=[1, "seq", 3], compiler="eager", policy="adaptive",
+                      clock="manual", start_worker=True) as gm:
+        assert gm.runtime.worker_running
+        for _ in range(50):
+            gm.runtime.advance(5.0)  # wakes the worker at its checks
+            gm(torch.randn(1, 30, 3))
+        # The worker checks every 60 s of clock time from when its thread started (late on a
+        # loaded machine), and updates 300 s after the start: move the clock on without traffic
+        # until it has (the window still holds most of the stream up to t = 500).
+        for _ in range(25):
+            gm.runtime.advance(10.0)
+            if _wait_until(lambda: 30 in gm.gears["seq"], timeout=0.5):
+                break
+        assert 30 in gm.gears["seq"], (gm.gears, gm.runtime.now())
+        assert _wait_until(lambda: gm.compiled((30,)) is not None)
+        assert gm.summary()["per_gear"]["30"]["hits"] == 0  # compiled ahead of its first use
+        gm(torch.randn(1, 30, 3))
+        assert gm.summary()["per_gear"]["30"]["hits"] == 1
+        assert any(d["added"] == {"seq": [30]} for d in gm.decisions())
+
+
+def test_calibration_puts_the_measured_compile_seconds_into_the_replan_cost_model():
+    with conv_module(compiler="eager", policy="replan") as gm:
+        assert gm.config["replan"]["compile_seconds"] == max(gm.calibrated_compile_seconds, 1e-3)
+    with conv_module(compiler="eager", policy="replan",
+                     config={"replan": {"compile_seconds": 3.0}}) as gm:
+        assert gm.calibrated_compile_seconds is None  # the user's figure stands
+        assert gm.config["replan"]["compile_seconds"] == 3.0
+    with conv_module(compiler="eager", policy="adaptive") as gm:
+        assert gm.calibrated_compile_seconds is None and "replan" not in gm.config
