@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libabsl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libdlpack-dev gnuplot-nox
+  python3-dev python3-pybind11 python3-numpy python3-pytest python3-torch
 )
 
 missing=()

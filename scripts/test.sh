@@ -2,7 +2,9 @@
 # The whole test suite: installs what is missing, then
 #  0. clang-format-14: every C++ file formatted (scripts/check-format.sh);
 #  1. g++, Release, warnings as errors, each layer linked alone (the layering
-#     check): every test; then the installed CMake package, used by a project
+#     check): every test; then the Python tests (pytest, with /usr/bin/python3,
+#     the interpreter Debian's python3-* packages belong to) of the extension
+#     built with it; then the installed CMake package, used by a project
 #     outside the tree and by every C++ example of the README (scripts/check-consumer.sh);
 #  2. clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer and
 #     -Wthread-safety (warnings as errors): every test, then each libFuzzer
@@ -27,6 +29,9 @@ stage "g++: build and test"
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+stage "pytest: the Python bindings and gearbox.torch"
+PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q python/tests
+
 stage "installed package: consumer project and README examples"
 scripts/check-consumer.sh
 
@@ -34,7 +39,7 @@ stage "clang-14: ASan + UBSan + thread-safety analysis"
 sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only")
 CXX=clang++-14 cmake -S . -B build-asan -G Ninja "${sanitizer_flags[@]}" \
   -DGEARBOX_WERROR=ON -DGEARBOX_SANITIZE=address,undefined -DGEARBOX_FUZZ=ON \
-  -DGEARBOX_BUILD_BENCHMARKS=OFF >/dev/null
+  -DGEARBOX_BUILD_BENCHMARKS=OFF -DGEARBOX_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
@@ -58,7 +63,7 @@ done
 stage "clang-14: ThreadSanitizer"
 CXX=clang++-14 cmake -S . -B build-tsan -G Ninja "${sanitizer_flags[@]}" \
   -DGEARBOX_WERROR=ON -DGEARBOX_SANITIZE=thread -DGEARBOX_BUILD_BENCHMARKS=OFF \
-  -DGEARBOX_BUILD_TOOLS=OFF >/dev/null
+  -DGEARBOX_BUILD_TOOLS=OFF -DGEARBOX_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target stress_test snapshot_store_test worker_test \
   pool_test runtime_test fault_injection_test executor_test joint_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \

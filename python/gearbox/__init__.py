@@ -1,0 +1,36 @@
+"""gearbox: shape-specialized compiled graphs for dynamic-shape models, from Python.
+
+The C++ core is the extension ``gearbox._gearbox`` (see docs/PYTHON.md):
+
+* :class:`Runtime` -- the adaptive gear runtime: plan a request on the current
+  gears, record what ran, update the gears (``run_once`` or the worker thread).
+* :class:`Snapshot`, :class:`Plan`, :class:`Variant` -- gear sets and plans as values.
+* :class:`Pool` -- compiled graphs (any Python object) released when their gear is evicted.
+* :func:`replay`, :func:`plan_gears`, :func:`convert_trace` -- the command-line tools as functions.
+
+``gearbox.torch`` (imported on its own) wraps any ``torch.nn.Module``.
+"""
+
+from ._gearbox import (
+    Plan,
+    Pool,
+    Runtime,
+    Snapshot,
+    Variant,
+    convert_trace,
+    plan_gears,
+    replay,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Plan",
+    "Pool",
+    "Runtime",
+    "Snapshot",
+    "Variant",
+    "convert_trace",
+    "plan_gears",
+    "replay",
+]

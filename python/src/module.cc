@@ -1,0 +1,12 @@
+// gearbox._gearbox: the C++ core of the gearbox Python package.
+#include <pybind11/pybind11.h>
+
+#include "runtime.h"
+
+PYBIND11_MODULE(_gearbox, m) {
+  m.doc() =
+      "gearbox's C++ core: the adaptive gear runtime (Runtime, Snapshot, Plan, Variant, Pool) "
+      "and the tools as functions (replay, plan_gears, convert_trace). See docs/PYTHON.md.";
+  gearbox::python::BindRuntime(m);
+  gearbox::python::BindTools(m);
+}

@@ -1,0 +1,449 @@
+"""The runtime half of the bindings: Runtime, Snapshot, Plan, Variant, Pool."""
+
+import gc
+import json
+import random
+import sys
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+import gearbox
+from conftest import batch_config
+
+TWO_DIMS = {
+    "dims": [
+        {"name": "BATCHSIZE", "gears": [1, 2, 4, 8], "splittable": True},
+        {"name": "SEQLEN", "gears": [16, 32, 64], "eager_fallback": True},
+    ]
+}
+
+
+# ---------------------------------------------------------------- creation
+
+
+def test_create_from_json_dict_and_path(tmp_path):
+    text = json.dumps(TWO_DIMS)
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    for config in (text, "  \n" + text, TWO_DIMS, str(path), path):
+        with gearbox.Runtime(config) as rt:
+            assert rt.dims == ["BATCHSIZE", "SEQLEN"]
+            snap = rt.snapshot()
+            assert snap.gears == [[1, 2, 4, 8], [16, 32, 64]]
+            assert snap.version == 1
+            assert snap.dims == ["BATCHSIZE", "SEQLEN"]
+            assert snap.scheme == "independent"
+            assert snap.combinations == []
+
+
+def test_bad_config_names_the_field():
+    with pytest.raises(ValueError, match=r"dims\[0\]\.gears"):
+        gearbox.Runtime({"dims": [{"name": "BATCHSIZE", "gears": [0, 4]}]})
+    with pytest.raises(ValueError, match=r"adaptive\.window_secs"):
+        gearbox.Runtime({"dims": [{"name": "B", "gears": [4]}], "adaptive": {"window_secs": 1}})
+    with pytest.raises(ValueError, match="no_such_config.json"):
+        gearbox.Runtime("no_such_config.json")
+    with pytest.raises(ValueError, match="line"):
+        gearbox.Runtime('{"dims": [')
+
+
+def test_bad_arguments_raise_not_crash():
+    with pytest.raises(TypeError):
+        gearbox.Runtime(None)
+    with pytest.raises(TypeError):
+        gearbox.Runtime(42)
+    with pytest.raises(ValueError, match="policy"):
+        gearbox.Runtime(TWO_DIMS, policy="bogus")
+    with pytest.raises(ValueError, match="clock"):
+        gearbox.Runtime(TWO_DIMS, clock="sundial")
+    with pytest.raises(ValueError, match="event_buffer_events"):
+        gearbox.Runtime(TWO_DIMS, event_buffer_events=0)
+    with pytest.raises(TypeError):
+        gearbox.Runtime(TWO_DIMS, policy=None)
+    with gearbox.Runtime(TWO_DIMS) as rt:
+        for bad in (None, "12", 3, [1.5, 16], ["a", 16], [object(), 16]):
+            with pytest.raises(TypeError):
+                rt.plan(bad)
+        with pytest.raises(TypeError):
+            rt.record(None)
+        with pytest.raises(TypeError):
+            rt.commit_update(None)
+        with pytest.raises(TypeError):
+            rt.add_release_listener(None)
+        with pytest.raises(TypeError):
+            rt.add_release_listener(42)
+        with pytest.raises(TypeError):
+            rt.pool.register(None)
+        with pytest.raises(RuntimeError, match="manual"):
+            rt.set_time(5.0)
+        with pytest.raises(ValueError, match="trigger"):
+            rt.run_once(trigger="sometimes")
+
+
+# ---------------------------------------------------------------- plans
+
+
+@pytest.fixture
+def rt():
+    with gearbox.Runtime(TWO_DIMS, clock="manual") as runtime:
+        yield runtime
+
+
+def check_arrays_match_variants(plan):
+    gear, extent, offset = plan.variant_arrays()
+    n = plan.num_variants
+    for a in (gear, extent, offset):
+        assert a.dtype == np.int64 and a.shape == (n, 2)
+    assert [tuple(r) for r in gear.tolist()] == [v.gear for v in plan.variants]
+    assert [tuple(r) for r in extent.tolist()] == [v.extent for v in plan.variants]
+    assert [tuple(r) for r in offset.tolist()] == [v.offset for v in plan.variants]
+
+
+def test_plan_exact(rt):
+    plan = rt.plan([4, 32])
+    assert plan.exact and plan.num_variants == 1
+    assert not plan.any_split and not plan.any_eager
+    assert plan.snapshot_version == 1
+    (v,) = plan.variants
+    assert (v.gear, v.extent, v.offset, v.eager) == ((4, 32), (4, 32), (0, 0), False)
+    assert plan.padded_volume == plan.raw_volume == 128
+    check_arrays_match_variants(plan)
+
+
+def test_plan_padded(rt):
+    plan = rt.plan(np.array([3, 20]))  # numpy integers work as sizes too
+    assert not plan.exact and plan.num_variants == 1
+    (v,) = plan.variants
+    assert (v.gear, v.extent, v.offset) == ((4, 32), (3, 20), (0, 0))
+    assert plan.padded_volume == 128 and plan.raw_volume == 60
+    assert plan.dimensions[0] == {
+        "raw": 3, "max_gear": 8, "split": False, "eager": False,
+        "groups": [{"gear": 4, "extent": 3, "count": 1, "offset": 0}],
+    }
+
+
+def test_plan_split(rt):
+    plan = rt.plan((19, 16))
+    assert plan.any_split and plan.num_variants == 3
+    assert plan.dimensions[0]["split"]
+    assert plan.dimensions[0]["groups"] == [
+        {"gear": 8, "extent": 8, "count": 2, "offset": 0},
+        {"gear": 4, "extent": 3, "count": 1, "offset": 16},
+    ]
+    assert [(v.gear, v.extent, v.offset) for v in plan.variants] == [
+        ((8, 16), (8, 16), (0, 0)),
+        ((8, 16), (8, 16), (8, 0)),
+        ((4, 16), (3, 16), (16, 0)),
+    ]
+    check_arrays_match_variants(plan)
+
+
+def test_plan_eager(rt):
+    plan = rt.plan([2, 100])
+    assert plan.any_eager and plan.any_uncompiled and plan.num_variants == 1
+    (v,) = plan.variants
+    assert v.eager and v.gear == (2, 100) and v.extent == (2, 100)
+    assert plan.dimensions[1]["eager"]
+
+
+def test_plan_errors_carry_the_cpp_message(rt):
+    with pytest.raises(ValueError, match="size"):
+        rt.plan([0, 16])
+    with pytest.raises(ValueError):
+        rt.plan([1])
+    with gearbox.Runtime(batch_config([4, 8], splittable=False)) as strict:
+        with pytest.raises(ValueError, match="9"):
+            strict.plan([9])
+
+
+def test_snapshot_is_a_value_that_plans(rt):
+    snap = rt.snapshot()
+    rt.commit_update([[2, 8], [32, 64]], now=10.0)
+    assert snap.gears == [[1, 2, 4, 8], [16, 32, 64]]  # unchanged copy
+    assert snap.plan([3, 20]).variants[0].gear == (4, 32)
+    assert rt.snapshot().version == 2
+    assert rt.plan([3, 20]).variants[0].gear == (8, 32)
+    rt.record(snap.plan([3, 20]), now=11.0)  # a plan on an older snapshot records fine
+
+
+def test_record_rejects_another_runtimes_plan(rt):
+    with gearbox.Runtime(TWO_DIMS) as other:
+        with pytest.raises(ValueError, match="another runtime"):
+            rt.record(other.plan([1, 16]))
+
+
+# ---------------------------------------------------------------- updates
+
+
+def test_record_and_run_once_reproduce_an_adaptive_addition():
+    # tests/seed_conformance_test.cc, FivePaddedRequestsAddTheirMedian: gears
+    # [128]; five requests of 64 inside the window pad 0.5 >= 0.35: adds 64.
+    with gearbox.Runtime(batch_config([128]), policy="adaptive", clock="manual") as rt:
+        for i in range(5):
+            rt.set_time(200.0 + i)
+            rt.record(rt.plan([64]))
+        assert rt.counters()["events_recorded"] == 5
+        stats = rt.stats(now=300.0)
+        (g,) = stats["dimensions"][0]["gears"]
+        assert g["gear"] == 128 and g["samples"] == 5 and g["avg_pad_ratio"] == 0.5
+        record = rt.run_once(now=300.0)
+        assert record["added"] == {"BATCHSIZE": [64]}
+        assert record["policy"] == "adaptive" and record["changed"]
+        assert rt.snapshot().gears == [[64, 128]]
+        assert rt.last_update() == record
+        assert rt.counters()["updates_changed"] == 1
+
+
+def test_commit_update_validates_first(rt):
+    with pytest.raises(ValueError, match=r"dims\[0\]\.gears\[0\]: 0 is not allowed"):
+        rt.commit_update([[0, 4], [16]])
+    assert rt.snapshot().version == 1
+    record = rt.commit_update([[1, 8], [64]])
+    assert record["gears"] == {"BATCHSIZE": [1, 8], "SEQLEN": [64]}
+    assert rt.last_update()["removed"] == {"BATCHSIZE": [2, 4], "SEQLEN": [16, 32]}
+
+
+def test_manual_clock(rt):
+    assert rt.now() == 0.0
+    rt.set_time(10.0)
+    rt.advance(2.5)
+    assert rt.now() == 12.5
+    with gearbox.Runtime(TWO_DIMS, clock="manual", start_time=100.0) as later:
+        assert later.now() == 100.0
+    with gearbox.Runtime(TWO_DIMS) as system:
+        assert system.now() > 1.6e9  # Unix seconds
+
+
+# ---------------------------------------------------------------- pool
+
+
+def test_pool_keeps_the_object_until_its_gear_is_evicted():
+    class Graph:
+        pass
+
+    with gearbox.Runtime(batch_config([64, 128]), clock="manual") as rt:
+        released = []
+        rt.add_release_listener(released.append)
+        graph = Graph()
+        alive = weakref.ref(graph)
+        key = rt.pool.register(graph, bytes=1000)
+        assert key != 0
+        assert rt.pool.consume_recent_keys() == [key]
+        assert rt.pool.consume_recent_keys() == []
+        assert rt.attach_cleanup_keys([64], [key])
+        del graph
+        gc.collect()
+        assert alive() is not None  # the pool holds it
+        assert rt.pool.acquire(key) is alive()
+        assert (rt.pool.size, rt.pool.bytes, rt.pool.registered) == (1, 1000, 1)
+
+        rt.commit_update([[128]], now=1.0)  # evicts 64: its key goes to the pool
+        gc.collect()
+        assert alive() is None
+        assert released[-1] == [key]
+        assert rt.pool.acquire(key) is None
+        assert (rt.pool.size, rt.pool.released) == (0, 1)
+        assert rt.counters()["keys_released"] == 1
+
+
+def test_pool_object_in_use_outlives_its_release():
+    class Graph:
+        pass
+
+    pool = gearbox.Pool()
+    graph = Graph()
+    alive = weakref.ref(graph)
+    key = pool.register(graph)
+    held = pool.acquire(key)  # a Python reference, as a request would hold
+    del graph
+    assert pool.remove_by_keys([key, 12345]) == 1
+    assert alive() is held
+    del held
+    gc.collect()
+    assert alive() is None
+    assert pool.released == 1 and len(pool) == 0
+
+
+def test_attach_to_an_evicted_gear_releases_at_once(rt):
+    class Graph:
+        pass
+
+    graph = Graph()
+    alive = weakref.ref(graph)
+    key = rt.pool.register(graph)
+    del graph
+    rt.commit_update([[8], [64]])
+    assert not rt.attach_cleanup_keys([2, 16], [key])
+    gc.collect()
+    assert alive() is None
+    with pytest.raises(ValueError, match="one per dimension"):
+        rt.attach_cleanup_keys([2], [key])
+
+
+# ---------------------------------------------------------------- listeners and the worker
+
+
+def test_listener_exceptions_are_reported_not_raised(monkeypatch, rt):
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+
+    def bad_listener(keys):
+        raise KeyError("boom")
+
+    calls = []
+    id_bad = rt.add_release_listener(bad_listener)
+    rt.add_release_listener(calls.append)
+    rt.commit_update([[8], [64]])  # returns normally
+    assert calls == [[]]
+    assert len(seen) == 1 and isinstance(seen[0].exc_value, KeyError)
+    rt.remove_release_listener(id_bad)
+    rt.commit_update([[4, 8], [64]])
+    assert len(seen) == 1 and len(calls) == 2
+
+
+def test_worker_start_stop_restart():
+    with gearbox.Runtime(batch_config([128]), clock="manual") as rt:
+        assert not rt.worker_running
+        rt.start_worker()
+        assert rt.worker_running
+        rt.stop_worker()
+        assert not rt.worker_running
+        rt.start_worker()
+        assert rt.worker_running
+    with gearbox.Runtime(batch_config([128]), clock="manual", start_worker=True) as rt:
+        assert rt.worker_running
+
+
+def run_worker_until(rt, event):
+    """Moves the manual clock a check interval at a time until `event` is set
+    (the worker reads the clock when its thread starts, which may be after a
+    first move)."""
+    for _ in range(600):
+        rt.advance(60.0)
+        if event.wait(timeout=0.1):
+            return True
+    return False
+
+
+def test_worker_update_calls_listener_and_stop_waits_without_deadlock():
+    # The worker runs an update (manual clock past update_interval_seconds)
+    # and calls a Python listener, which holds on until released. stop_worker
+    # from another thread must release the GIL while it waits, or the
+    # listener could never finish.
+    config = batch_config([128], check_interval_seconds=60, update_interval_seconds=300)
+    with gearbox.Runtime(config, policy="adaptive", clock="manual", start_worker=True) as rt:
+        entered, release = threading.Event(), threading.Event()
+        on_worker = []
+
+        def listener(keys):
+            on_worker.append(threading.get_ident())
+            entered.set()
+            release.wait(timeout=60)
+
+        rt.add_release_listener(listener)
+        assert run_worker_until(rt, entered), "the worker ran no update"
+        stopper = threading.Thread(target=rt.stop_worker, daemon=True)
+        stopper.start()
+        time.sleep(0.2)  # let stop_worker reach its wait (not an assertion)
+        release.set()
+        stopper.join(timeout=60)
+        assert not stopper.is_alive(), "stop_worker deadlocked with a running listener"
+        assert not rt.worker_running
+        assert on_worker[0] != threading.get_ident()
+        assert rt.counters()["updates"] >= 1
+
+
+def test_close_with_a_listener_running_on_the_worker():
+    config = batch_config([128], check_interval_seconds=60, update_interval_seconds=300)
+    rt = gearbox.Runtime(config, policy="adaptive", clock="manual", start_worker=True)
+    entered = threading.Event()
+
+    def listener(keys):
+        entered.set()
+        time.sleep(0.2)
+
+    rt.add_release_listener(listener)
+    assert run_worker_until(rt, entered)
+    rt.close()
+    assert rt.closed
+
+
+# ---------------------------------------------------------------- closing
+
+
+def test_calls_after_close_raise_runtime_error():
+    rt = gearbox.Runtime(TWO_DIMS, start_worker=True)
+    pool = rt.pool
+    rt.close()
+    rt.close()  # idempotent
+    assert rt.closed
+    for call in (
+        lambda: rt.plan([1, 16]),
+        rt.snapshot,
+        lambda: rt.run_once(),
+        rt.start_worker,
+        rt.stop_worker,
+        rt.counters,
+        lambda: rt.dims,
+        lambda: rt.worker_running,
+    ):
+        with pytest.raises(RuntimeError, match="runtime is closed"):
+            call()
+    with pytest.raises(RuntimeError, match=r"Runtime\.plan"):
+        rt.plan([1, 16])
+    assert pool.register(object()) != 0  # the pool outlives its runtime
+
+
+def test_context_manager_and_garbage_collection_close():
+    with gearbox.Runtime(TWO_DIMS, start_worker=True) as rt:
+        pass
+    assert rt.closed
+    for _ in range(3):  # dropped with a worker running: collected, the worker stopped
+        gearbox.Runtime(TWO_DIMS, start_worker=True)
+        gc.collect()
+
+
+# ---------------------------------------------------------------- threads
+
+
+def test_four_threads_plan_and_record_with_the_worker_running():
+    config = batch_config([1, 2, 4, 8, 16, 32, 64], check_interval_seconds=1,
+                          update_interval_seconds=1, recent_use_protect_seconds=0)
+    rows = 300
+    with gearbox.Runtime(config, policy="adaptive", clock="manual", start_worker=True) as rt:
+        errors = []
+        barrier = threading.Barrier(5)
+
+        def requester(seed):
+            rng = random.Random(seed)
+            try:
+                barrier.wait()
+                for _ in range(rows):
+                    plan = rt.plan([rng.randint(1, 60)])
+                    rt.record(plan)
+                    assert rt.snapshot().version >= plan.snapshot_version
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        def clock():
+            barrier.wait()
+            for _ in range(50):
+                rt.advance(1.0)
+
+        threads = [threading.Thread(target=requester, args=(i,)) for i in range(4)]
+        threads.append(threading.Thread(target=clock))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+        rt.stop_worker()
+        c = rt.counters()
+        assert c["events_recorded"] + c["events_dropped"] == 4 * rows
+        rt.run_once()  # everything recorded folds on the way in
+        assert rt.counters()["events_pending"] == 0
