@@ -665,3 +665,38 @@ def test_calibration_puts_the_measured_compile_seconds_into_the_replan_cost_mode
         assert gm.config["replan"]["compile_seconds"] == 3.0
     with conv_module(compiler="eager", policy="adaptive") as gm:
         assert gm.calibrated_compile_seconds is None and "replan" not in gm.config
+
+
+def test_an_eager_fallback_variant_runs_the_module_uncompiled_at_its_exact_size():
+    compiled_shapes = []
+
+    def compile_fn(module, examples):
+        compiled_shapes.append(examples[0].shape[1])
+        return module
+
+    cfg = {"seq": {"gears": [4, 8], "eager_fallback": True}}
+    with GearedModule(torch.nn.Identity(), cfg,
+                      inputs={"x": {"axes": [1, "seq", 3], "dtype": torch.float32}},
+                      outputs=[1, "seq", 3], compiler=compile_fn, start_worker=False,
+                      prewarm=False, calibrate=False) as gm:
+        x = torch.randn(1, 11, 3)  # above the largest gear, not splittable: eager at 11
+        torch.testing.assert_close(gm(x), x)
+        assert compiled_shapes == []
+        s = gm.summary()
+        assert s["eager_variants"] == 1 and s["per_gear"] == {}
+
+
+def test_a_joint_gear_set_compiles_only_its_combinations():
+    cfg = {"dims": [{"name": "batch", "gears": [1, 2, 4], "splittable": True},
+                    {"name": "seq", "gears": [4, 8, 16]}],
+           "scheme": "joint", "combinations": [[1, 16], [4, 8], [4, 16]]}
+    with encoder_module(dims=cfg, compiler="eager", calibrate=False) as gm:
+        assert gm.wait_prewarm(60)
+        assert gm.compiled_gears() == [(1, 16), (4, 8), (4, 16)]
+        gen = torch.Generator().manual_seed(4)
+        for b, s in ((1, 3), (3, 7), (2, 12), (6, 5)):
+            ids, mask = random_batch(gen, b, s)
+            out = gm(ids, mask)
+            torch.testing.assert_close(out[~mask], eager(gm.module, ids, mask)[~mask],
+                                       rtol=1e-4, atol=1e-5)
+        assert gm.compiled_gears() == [(1, 16), (4, 8), (4, 16)]  # nothing else compiled
