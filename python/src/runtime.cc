@@ -18,12 +18,14 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "convert.h"
 #include "gearbox/clock.h"
 #include "gearbox/config.h"
+#include "gearbox/memory_probe.h"
 #include "gearbox/plan.h"
 #include "gearbox/resource_pool.h"
 #include "gearbox/update_worker.h"
@@ -207,10 +209,45 @@ size_t PoolRemove(PyPool& p, const std::vector<uint64_t>& keys) {
 
 std::atomic<uint64_t> next_runtime_id{1};
 
+// Depth of callbacks from a runtime's update path (release listeners, memory
+// probes) on this thread. Inside one, the worker cannot be joined from here:
+// it may be this very thread.
+thread_local int callback_depth = 0;
+struct CallbackScope {
+  CallbackScope() { ++callback_depth; }
+  ~CallbackScope() { --callback_depth; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+};
+
+// A Python callable () -> float as the runtime's memory probe, called on the
+// updating thread with the GIL taken. An exception or a non-number is an
+// "unknown" reading (no pressure), its message in the update record.
+std::unique_ptr<MemoryProbe> MakeMemoryProbe(const py::object& fn) {
+  if (!PyCallable_Check(fn.ptr())) {
+    throw py::type_error("memory_probe: " + TypeName(fn) +
+                         " is not allowed; a callable returning the fraction of memory in use");
+  }
+  auto callable = std::make_shared<GilSafeObject>(fn);
+  return std::make_unique<FunctionMemoryProbe>([callable]() -> absl::StatusOr<double> {
+    if (!PythonAlive()) return absl::UnavailableError("the Python interpreter is finalizing");
+    py::gil_scoped_acquire gil;
+    const CallbackScope scope;
+    try {
+      return callable->get()().cast<double>();
+    } catch (py::error_already_set& e) {
+      return absl::InternalError(std::string("memory_probe raised ") + e.what());
+    } catch (const py::cast_error&) {
+      return absl::InvalidArgumentError("memory_probe returned something that is not a number");
+    }
+  });
+}
+
 // What a Runtime owns. Members are destroyed in reverse order: the runtime
 // (which refers to the clock and the pool) first.
 struct RuntimeState {
   std::unique_ptr<ManualClock> manual_clock;  // null: the system clock
+  std::unique_ptr<MemoryProbe> memory_probe;  // null: no memory-pressure handling
   std::shared_ptr<GraphResourcePool> pool;
   std::shared_ptr<PyPool> py_pool;
   std::vector<std::string> dims;
@@ -227,7 +264,8 @@ std::set<PyRuntime*>* live = new std::set<PyRuntime*>;  // never destroyed
 class PyRuntime {
  public:
   PyRuntime(const py::handle& config, const std::string& policy, bool start_worker,
-            const std::string& clock, double start_time, int64_t event_buffer_events) {
+            const std::string& clock, double start_time, int64_t event_buffer_events,
+            const py::object& memory_probe) {
     const RuntimeConfig parsed = ConfigFromPython(config);
     const UpdatePolicy update_policy = ValueOrThrow(ParseUpdatePolicy(policy, "policy"));
     auto state = std::make_shared<RuntimeState>();
@@ -242,6 +280,10 @@ class PyRuntime {
     if (event_buffer_events < 1) {
       throw py::value_error("event_buffer_events: " + std::to_string(event_buffer_events) +
                             " is not allowed; at least 1");
+    }
+    if (!memory_probe.is_none()) {
+      state->memory_probe = MakeMemoryProbe(memory_probe);
+      options.memory_probe = state->memory_probe.get();
     }
     state->pool = std::make_shared<GraphResourcePool>();
     state->py_pool = std::make_shared<PyPool>(PyPool{state->pool});
@@ -299,6 +341,15 @@ class PyRuntime {
       return;
     }
     py::gil_scoped_release release;
+    if (callback_depth > 0) {
+      // Closed from a listener or probe, maybe on the worker thread itself:
+      // another thread joins the worker once this callback has returned.
+      std::thread([state = std::move(state)]() mutable {
+        state->runtime->StopWorker();
+        state.reset();
+      }).detach();
+      return;
+    }
     state->runtime->StopWorker();
     state.reset();
   }
@@ -389,6 +440,11 @@ class PyRuntime {
 
   void StopWorker() const {
     auto s = Get("stop_worker");
+    if (callback_depth > 0) {
+      throw std::runtime_error(
+          "Runtime.stop_worker: called from a release listener or memory probe, which may run on "
+          "the worker thread itself; stop the worker from another thread (or call close())");
+    }
     py::gil_scoped_release release;  // the worker may be waiting for the GIL in a listener
     s->runtime->StopWorker();
   }
@@ -508,6 +564,7 @@ class PyRuntime {
     AdaptiveGearRuntime::ReleaseListener listener = [callable](std::span<const GraphKey> keys) {
       if (!PythonAlive()) return;
       py::gil_scoped_acquire gil;
+      const CallbackScope scope;
       try {
         py::list list;
         for (GraphKey k : keys) list.append(py::int_(k));
@@ -696,15 +753,19 @@ void BindRuntimeClass(py::module_& m) {
       "Closing (close(), the with-block's end, or garbage collection) stops the worker; calls "
       "after it raise RuntimeError(\"... runtime is closed ...\").")
       .def(py::init<const py::handle&, const std::string&, bool, const std::string&, double,
-                    int64_t>(),
+                    int64_t, const py::object&>(),
            py::arg("config"), py::kw_only(), py::arg("policy") = "replan",
            py::arg("start_worker") = false, py::arg("clock") = "system",
            py::arg("start_time") = 0.0, py::arg("event_buffer_events") = 4096,
+           py::arg("memory_probe") = py::none(),
            "config: JSON text (a str starting with '{'), a dict with the config file's keys, "
            "or a path (str or os.PathLike) to a config file. policy: \"static\", \"adaptive\" "
            "or \"replan\". start_worker: start the update worker thread now. clock: \"system\" "
            "(Unix seconds) or \"manual\" (virtual time from start_time, moved by set_time and "
-           "advance). event_buffer_events: events per recording thread's ring. ValueError on a "
+           "advance). event_buffer_events: events per recording thread's ring. memory_probe: a "
+           "callable returning the fraction of device memory in use (called on the updating "
+           "thread; at or above adaptive.device_memory_usage_threshold_ratio an update runs at "
+           "once and additions are limited); None: no memory-pressure handling. ValueError on a "
            "bad config, naming the field (e.g. \"dims[0].gears\").")
       .def_property_readonly("dims", &PyRuntime::Dims, "Dimension names, in order.")
       .def("snapshot", &PyRuntime::Snapshot, "A copy of the current gear set (Snapshot).")

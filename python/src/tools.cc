@@ -43,23 +43,26 @@ std::string PathFromPython(const py::handle& path, const char* what) {
                        " is not allowed; a path (str or os.PathLike)");
 }
 
-// A trace from a numpy array [rows, 1 + dims]: column 0 the time in
+// A trace from a numpy array [rows, 1 + dims (+ 1)]: column 0 the time in
 // seconds, then one integer size per config dimension, in the config's
-// order. Checked as the CSV reader checks a file's rows.
+// order, then optionally mem_usage. Checked as the CSV reader checks a
+// file's rows.
 Trace TraceFromArray(const py::handle& object, const std::vector<std::string>& dims) {
   if (object.is_none()) {
     throw py::type_error("trace: None is not allowed; a trace CSV path or a numpy array");
   }
   const auto array = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(object);
   if (!array) throw py::type_error("trace: not convertible to a numpy array of numbers");
-  const size_t columns = dims.size() + 1;
-  if (array.ndim() != 2 || static_cast<size_t>(array.shape(1)) != columns) {
+  const size_t columns = array.ndim() == 2 ? static_cast<size_t>(array.shape(1)) : 0;
+  const bool with_memory = columns == dims.size() + 2;
+  if (array.ndim() != 2 || (columns != dims.size() + 1 && !with_memory)) {
     std::string shape;
     for (py::ssize_t i = 0; i < array.ndim(); ++i) {
       shape += (i ? ", " : "") + std::to_string(array.shape(i));
     }
     throw py::value_error("trace: an array of shape (" + shape + ") is not allowed; shape (rows, " +
-                          std::to_string(columns) + "): t, then one column per dimension");
+                          std::to_string(dims.size() + 1) +
+                          "): t, then one column per dimension (and optionally mem_usage)");
   }
   const auto rows = static_cast<size_t>(array.shape(0));
   if (rows == 0) throw py::value_error("trace: the trace has no rows");
@@ -87,6 +90,11 @@ Trace TraceFromArray(const py::handle& object, const std::vector<std::string>& d
         throw cell(r, dims[d], v, "an integer >= 1");
       }
       trace.sizes.push_back(static_cast<int64_t>(v));
+    }
+    if (with_memory) {
+      const double m = data[r * columns + columns - 1];
+      if (!(m >= 0.0 && m <= 1.0)) throw cell(r, "mem_usage", m, "a fraction in [0, 1]");
+      trace.mem_usage.push_back(m);
     }
   }
   return trace;
@@ -384,7 +392,8 @@ void BindTools(py::module_& m) {
         "Replays a trace through the runtime on a virtual clock for one policy and returns the "
         "summary dict `gearbox replay --summary` writes for it.\n\n"
         "config: JSON text, dict or path. trace: a trace CSV path, or a numpy array [rows, 1 + "
-        "dims] (t, then the sizes in the config's dimension order). policy: static | adaptive | "
+        "dims] (t, then the sizes in the config's dimension order; one more column: "
+        "mem_usage). policy: static | adaptive | "
         "replan. scheme: independent | joint | sparse (default: the config's). update_at: run "
         "updates exactly at these times instead of the worker's schedule. optimum: add the "
         "offline optimum (--optimum). decisions: a list each update record (dict) is appended "

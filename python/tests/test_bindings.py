@@ -329,32 +329,52 @@ def run_worker_until(rt, event):
     return False
 
 
+STOP_WHILE_LISTENER_RUNS = """
+import threading, time, gearbox
+from conftest import batch_config
+from test_bindings import run_worker_until
+config = batch_config([128], check_interval_seconds=60, update_interval_seconds=300)
+with gearbox.Runtime(config, policy="adaptive", clock="manual", start_worker=True) as rt:
+    entered, release = threading.Event(), threading.Event()
+    on_worker = []
+
+    def listener(keys):
+        on_worker.append(threading.get_ident())
+        entered.set()
+        release.wait(timeout=60)
+
+    rt.add_release_listener(listener)
+    assert run_worker_until(rt, entered), "the worker ran no update"
+    stopper = threading.Thread(target=rt.stop_worker, daemon=True)
+    stopper.start()
+    time.sleep(0.2)  # let stop_worker reach its wait (not an assertion)
+    release.set()
+    stopper.join()
+    assert not rt.worker_running
+    assert on_worker[0] != threading.get_ident()
+    assert rt.counters()["updates"] >= 1
+print("stopped")
+"""
+
+
 def test_worker_update_calls_listener_and_stop_waits_without_deadlock():
     # The worker runs an update (manual clock past update_interval_seconds)
     # and calls a Python listener, which holds on until released. stop_worker
     # from another thread must release the GIL while it waits, or the
-    # listener could never finish.
-    config = batch_config([128], check_interval_seconds=60, update_interval_seconds=300)
-    with gearbox.Runtime(config, policy="adaptive", clock="manual", start_worker=True) as rt:
-        entered, release = threading.Event(), threading.Event()
-        on_worker = []
+    # listener could never finish: a deadlock that freezes every Python
+    # thread, so the scenario runs in a child process with a timeout.
+    import os
+    import subprocess
 
-        def listener(keys):
-            on_worker.append(threading.get_ident())
-            entered.set()
-            release.wait(timeout=60)
-
-        rt.add_release_listener(listener)
-        assert run_worker_until(rt, entered), "the worker ran no update"
-        stopper = threading.Thread(target=rt.stop_worker, daemon=True)
-        stopper.start()
-        time.sleep(0.2)  # let stop_worker reach its wait (not an assertion)
-        release.set()
-        stopper.join(timeout=60)
-        assert not stopper.is_alive(), "stop_worker deadlocked with a running listener"
-        assert not rt.worker_running
-        assert on_worker[0] != threading.get_ident()
-        assert rt.counters()["updates"] >= 1
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + sys.path))
+    try:
+        result = subprocess.run([sys.executable, "-c", STOP_WHILE_LISTENER_RUNS], env=env,
+                                capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("stop_worker deadlocked with a listener running on the worker")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "stopped"
 
 
 def test_close_with_a_listener_running_on_the_worker():
@@ -447,3 +467,91 @@ def test_four_threads_plan_and_record_with_the_worker_running():
         assert c["events_recorded"] + c["events_dropped"] == 4 * rows
         rt.run_once()  # everything recorded folds on the way in
         assert rt.counters()["events_pending"] == 0
+
+
+def test_classes_without_constructors_raise_type_error():
+    for cls in (gearbox.Plan, gearbox.Snapshot, gearbox.Variant):
+        with pytest.raises(TypeError):
+            cls()
+
+
+def test_interpreter_exit_with_everything_still_open():
+    # Runtimes with workers running and listeners, pooled objects with
+    # __del__, a daemon thread recording: exit must neither crash nor hang.
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent("""
+        import threading, gearbox
+        config = {"dims": [{"name": "BATCHSIZE", "gears": [4, 8]}],
+                  "adaptive": {"check_interval_seconds": 60, "update_interval_seconds": 60}}
+        class Graph:
+            def __del__(self):
+                pass
+        runtimes = []
+        for i in range(3):
+            rt = gearbox.Runtime(config, policy="adaptive", clock="manual", start_worker=True)
+            rt.add_release_listener(lambda keys: None)
+            key = rt.pool.register(Graph())
+            rt.attach_cleanup_keys([4], [key])
+            runtimes.append(rt)
+        loose = gearbox.Pool()
+        loose.register(Graph())
+        def spin(rt):
+            while True:
+                rt.record(rt.plan([3]))
+                rt.advance(30.0)
+        threading.Thread(target=spin, args=(runtimes[0],), daemon=True).start()
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env={**__import__("os").environ})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_memory_probe_from_python():
+    config = batch_config([32, 128], device_memory_usage_threshold_ratio=0.9)
+    usage = [0.95]
+    with gearbox.Runtime(config, policy="adaptive", clock="manual",
+                         memory_probe=lambda: usage[0]) as rt:
+        record = rt.run_once(now=10.0)
+        assert record["memory"]["usage"] == 0.95 and record["memory"]["high"]
+        usage[0] = 0.5
+        assert not rt.run_once(now=20.0)["memory"]["high"]
+
+    def broken():
+        raise OSError("no device")
+
+    with gearbox.Runtime(config, policy="adaptive", clock="manual", memory_probe=broken) as rt:
+        memory = rt.run_once(now=10.0)["memory"]
+        assert memory["usage"] is None and "no device" in memory["error"]
+    with gearbox.Runtime(config, clock="manual", memory_probe=lambda: "full") as rt:
+        assert "not a number" in rt.run_once(now=10.0)["memory"]["error"]
+    with pytest.raises(TypeError, match="memory_probe"):
+        gearbox.Runtime(config, memory_probe=0.5)
+
+
+def test_close_and_stop_from_a_listener_on_the_worker():
+    # A listener on the worker thread cannot join that thread: stop_worker
+    # there raises, close() hands the join to another thread.
+    config = batch_config([128], check_interval_seconds=60, update_interval_seconds=60)
+    rt = gearbox.Runtime(config, policy="adaptive", clock="manual", start_worker=True)
+    done, errors = threading.Event(), []
+
+    def listener(keys):
+        if done.is_set():
+            return
+        try:
+            rt.stop_worker()
+        except RuntimeError as e:
+            errors.append(str(e))
+        rt.close()
+        done.set()
+
+    rt.add_release_listener(listener)
+    assert run_worker_until(rt, done)
+    assert rt.closed
+    assert len(errors) == 1 and "another thread" in errors[0]
+    with pytest.raises(RuntimeError, match="runtime is closed"):
+        rt.plan([1])

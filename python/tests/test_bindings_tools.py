@@ -182,3 +182,25 @@ def test_convert_trace_errors(tmp_path, azure_trace):
         gearbox.convert_trace(None, format="azure")
     with pytest.raises(TypeError):
         gearbox.convert_trace(azure_trace)  # format is required
+
+
+def test_replay_of_a_numpy_trace_with_mem_usage_equals_the_file(tmp_path, cli):
+    config = {"dims": [{"name": "BATCHSIZE", "gears": [8, 64], "splittable": True}],
+              "adaptive": {"check_interval_seconds": 10, "update_interval_seconds": 600,
+                           "recent_use_protect_seconds": 0, "min_samples_per_gear": 1}}
+    rng = np.random.default_rng(1)
+    t = np.arange(400, dtype=np.float64)
+    data = np.column_stack([t, rng.integers(1, 40, size=400), np.where(t > 200, 0.97, 0.5)])
+    path = tmp_path / "trace.csv"
+    with open(path, "w") as f:
+        f.write("t,BATCHSIZE,mem_usage\n")
+        for row in data:
+            f.write(f"{row[0]:.6f},{int(row[1])},{row[2]}\n")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    expected = cli_summary(cli, tmp_path, "--config", tmp_path / "config.json", "--trace", path,
+                           "--policy", "adaptive")
+    got = gearbox.replay(config, data, policy="adaptive")
+    assert without_wall_clock(got) == without_wall_clock(expected)
+    assert got["updates"] >= 1  # memory pressure triggers updates before the interval
+    with pytest.raises(ValueError, match="mem_usage"):
+        gearbox.replay(config, np.array([[0.0, 4, 1.5]]))
