@@ -1,0 +1,1154 @@
+"""gearbox.torch: serve any ``torch.nn.Module`` through shape-specialized gears.
+
+A :class:`GearedModule` wraps a module whose inputs have dynamic dimensions
+(batch, sequence length, ...). Each call is planned by the C++ core
+(``gearbox.Runtime``): the inputs are padded up to a *gear* (one compiled
+module per gear combination), split into chunks above the largest gear of a
+splittable dimension, run, and every declared output is sliced back to the
+real extents (chunks are written into one output). The runtime's update
+worker moves the gears with the traffic; new gears are compiled in the
+background before they are needed (prewarm), evicted gears' modules are
+released once no call uses them.
+
+Padding-invariance contract: the wrapped module must compute the valid part
+of each output from the valid part of the inputs only. Padding with the
+declared pad values (e.g. pad token id, attention mask 0 / key padding mask
+True) must not change it: masked attention is fine; a mean, a norm or an
+unmasked attention over a padded axis is not. ``check="debug"`` (or
+``"warn"``) compares sampled calls against the eager module and names the
+gear that differs.
+
+Thread-safety: ``forward`` may be called from any number of threads. Each
+gear combination is compiled once however many calls miss it at once
+(waiters share the compile's future); compiles run outside the module's
+lock (one compile at a time, ``serialize_compiles``); a failed compile is
+reported to every waiter and never cached. See docs/PYTHON.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import copy
+import itertools
+import json
+import math
+import os
+import threading
+import time
+import warnings
+import weakref
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+import gearbox as _gb
+
+__all__ = [
+    "GearedModule",
+    "InputSpec",
+    "OutputSpec",
+    "PaddingInvarianceError",
+    "COMPILERS",
+    "compile_torchscript",
+    "compile_eager",
+    "CudaGraphCompiler",
+]
+
+Gear = Tuple[int, ...]
+
+
+class PaddingInvarianceError(ValueError):
+    """The geared output differs from the eager module's (debug check)."""
+
+
+# --------------------------------------------------------------------------
+# Shape signature (seeds/001 §17.2-17.3 in practice)
+# --------------------------------------------------------------------------
+
+
+class InputSpec:
+    """One input: its axes (a dimension name, a static int, or None for any
+    size that then must not change), the value written into padding, the dtype
+    (None: learned from the first call, then fixed) and the value the
+    synthetic example inputs of a prewarm compile are filled with."""
+
+    def __init__(self, axes: Sequence[Any], pad: Any = 0, dtype: Optional[torch.dtype] = None,
+                 example: Any = 0):
+        self.axes = list(axes)
+        self.pad = pad
+        self.dtype = dtype
+        self.example = example
+
+    def __repr__(self) -> str:
+        return f"InputSpec(axes={self.axes!r}, pad={self.pad!r}, dtype={self.dtype!r})"
+
+
+class OutputSpec:
+    """One output: its axes (a dimension name: sliced back to the request's
+    extent; an int: checked; None: any size, kept as computed)."""
+
+    def __init__(self, axes: Sequence[Any]):
+        self.axes = list(axes)
+
+    def __repr__(self) -> str:
+        return f"OutputSpec(axes={self.axes!r})"
+
+
+def _as_input_spec(name: str, spec: Any) -> InputSpec:
+    if isinstance(spec, InputSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"axes", "pad", "dtype", "example"}
+        if unknown:
+            raise ValueError(f"input '{name}': unknown key(s) {sorted(unknown)}; "
+                             "allowed: axes, pad, dtype, example")
+        if "axes" not in spec:
+            raise ValueError(f"input '{name}': missing 'axes'")
+        return InputSpec(spec["axes"], spec.get("pad", 0), spec.get("dtype"),
+                         spec.get("example", 0))
+    if isinstance(spec, (list, tuple)):
+        return InputSpec(spec)
+    raise TypeError(f"input '{name}': spec must be an InputSpec, a dict or a list of axes, "
+                    f"got {type(spec).__name__}")
+
+
+def _is_axes_list(x: Any) -> bool:
+    return isinstance(x, (list, tuple)) and all(a is None or isinstance(a, (str, int)) for a in x)
+
+
+def _as_output_specs(outputs: Any) -> Tuple[str, List[str], List[OutputSpec]]:
+    """Returns (kind, names, specs); kind is 'single', 'sequence' or 'mapping'."""
+    if isinstance(outputs, OutputSpec):
+        return "single", ["output"], [outputs]
+    if isinstance(outputs, Mapping):
+        names = [str(k) for k in outputs]
+        specs = [o if isinstance(o, OutputSpec) else OutputSpec(_check_axes_list(f"output '{n}'", o))
+                 for n, o in zip(names, outputs.values())]
+        return "mapping", names, specs
+    if _is_axes_list(outputs):
+        return "single", ["output"], [OutputSpec(outputs)]
+    if isinstance(outputs, (list, tuple)):
+        names = [f"output[{i}]" for i in range(len(outputs))]
+        specs = [o if isinstance(o, OutputSpec) else OutputSpec(_check_axes_list(n, o))
+                 for n, o in zip(names, outputs)]
+        return "sequence", names, specs
+    raise TypeError("outputs must be a list of axes, a list of such lists, a dict name -> axes "
+                    f"or OutputSpec(s), got {type(outputs).__name__}")
+
+
+def _check_axes_list(what: str, axes: Any) -> List[Any]:
+    if not _is_axes_list(axes):
+        raise TypeError(f"{what}: axes must be a list of dimension names, ints or None, got {axes!r}")
+    return list(axes)
+
+
+class _Signature:
+    """Binds tensor axes to the runtime's dimensions and checks every call."""
+
+    def __init__(self, dims: List[str], inputs: Dict[str, InputSpec], out_names: List[str],
+                 out_specs: List[OutputSpec]):
+        self.dims = dims
+        self.inputs = inputs
+        self.out_names = out_names
+        self.out_specs = out_specs
+        self.dim_index = {d: i for i, d in enumerate(dims)}
+        # (input name, axis) that first binds each dimension: sizes are read there.
+        self.first_binding: Dict[int, Tuple[str, int]] = {}
+        self.learned_dtypes: Dict[str, torch.dtype] = {}
+        self.learned_static: Dict[Tuple[str, int], int] = {}
+        self._validate()
+
+    def _validate(self) -> None:
+        if not self.inputs:
+            raise ValueError("inputs: at least one input is needed")
+        for name, spec in self.inputs.items():
+            if not isinstance(name, str):
+                raise TypeError(f"input names must be str, got {name!r}")
+            for axis, a in enumerate(spec.axes):
+                self._validate_axis(f"input '{name}'", axis, a)
+                if isinstance(a, str):
+                    self.first_binding.setdefault(self.dim_index[a], (name, axis))
+            if spec.dtype is not None and not isinstance(spec.dtype, torch.dtype):
+                raise TypeError(f"input '{name}': dtype must be a torch.dtype, got {spec.dtype!r}")
+        unbound = [d for i, d in enumerate(self.dims) if i not in self.first_binding]
+        if unbound:
+            raise ValueError(f"dimension(s) {unbound} are bound by no input axis; every dimension "
+                             "must appear in at least one input")
+        for name, spec in zip(self.out_names, self.out_specs):
+            for axis, a in enumerate(spec.axes):
+                self._validate_axis(f"output '{name}'", axis, a)
+
+    def _validate_axis(self, what: str, axis: int, a: Any) -> None:
+        if isinstance(a, bool) or not (a is None or isinstance(a, (str, int))):
+            raise TypeError(f"{what} axis {axis}: {a!r} is not a dimension name, an int or None")
+        if isinstance(a, str) and a not in self.dim_index:
+            raise ValueError(f"{what} axis {axis}: unknown dimension '{a}'; dimensions are {self.dims}")
+        if isinstance(a, int) and a < 0:
+            raise ValueError(f"{what} axis {axis}: static size {a} must be >= 0")
+
+    def dtype_of(self, name: str) -> Optional[torch.dtype]:
+        return self.inputs[name].dtype or self.learned_dtypes.get(name)
+
+    def dtypes_known(self) -> bool:
+        return all(self.dtype_of(n) is not None for n in self.inputs)
+
+    def check(self, tensors: Dict[str, torch.Tensor]) -> List[int]:
+        """Returns the size of every dimension; raises ValueError naming the
+        input, axis, value and the violated constraint."""
+        sizes: List[Optional[int]] = [None] * len(self.dims)
+        device = None
+        for name, spec in self.inputs.items():
+            t = tensors[name]
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"input '{name}': expected a torch.Tensor, got {type(t).__name__}")
+            if t.dim() != len(spec.axes):
+                raise ValueError(f"input '{name}': rank {t.dim()} (shape {list(t.shape)}), expected "
+                                 f"rank {len(spec.axes)} (axes {spec.axes})")
+            want = self.dtype_of(name)
+            if want is not None and t.dtype != want:
+                raise ValueError(f"input '{name}': dtype {t.dtype}, expected {want}")
+            if device is None:
+                device = t.device
+            elif t.device != device:
+                raise ValueError(f"input '{name}': device {t.device}, but the other inputs are on "
+                                 f"{device}; all inputs must be on one device")
+            for axis, a in enumerate(spec.axes):
+                n = int(t.shape[axis])
+                if isinstance(a, str):
+                    d = self.dim_index[a]
+                    if n < 1:
+                        raise ValueError(f"input '{name}' axis {axis} ({a}): size {n}; a dynamic "
+                                         "dimension must be >= 1")
+                    if sizes[d] is None:
+                        sizes[d] = n
+                    elif sizes[d] != n:
+                        first, faxis = self.first_binding[d]
+                        raise ValueError(
+                            f"input '{name}' axis {axis} ({a}): size {n}, but input '{first}' axis "
+                            f"{faxis} gave {a} = {sizes[d]}; a shared dimension must agree")
+                elif isinstance(a, int):
+                    if n != a:
+                        raise ValueError(f"input '{name}' axis {axis}: size {n}, expected the static "
+                                         f"size {a}")
+                else:
+                    seen = self.learned_static.get((name, axis))
+                    if seen is not None and seen != n:
+                        raise ValueError(f"input '{name}' axis {axis}: size {n}, but it was {seen} on "
+                                         "earlier calls; an axis declared None is static (compiled "
+                                         "modules are specialized to it)")
+        return [int(s) for s in sizes]  # every dimension is bound (validated)
+
+    def learn(self, tensors: Dict[str, torch.Tensor]) -> bool:
+        """Fixes undeclared dtypes and None axes at their first call's values.
+        Returns True when something new was learned."""
+        new = False
+        for name, spec in self.inputs.items():
+            t = tensors[name]
+            if spec.dtype is None and name not in self.learned_dtypes:
+                self.learned_dtypes[name] = t.dtype
+                new = True
+            for axis, a in enumerate(spec.axes):
+                if a is None and (name, axis) not in self.learned_static:
+                    self.learned_static[(name, axis)] = int(t.shape[axis])
+                    new = True
+        return new
+
+    def example_shapes_known(self) -> bool:
+        return self.dtypes_known() and all(
+            (n, ax) in self.learned_static
+            for n, s in self.inputs.items() for ax, a in enumerate(s.axes) if a is None)
+
+    def input_shape(self, name: str, gear: Sequence[int]) -> List[int]:
+        out = []
+        for axis, a in enumerate(self.inputs[name].axes):
+            if isinstance(a, str):
+                out.append(int(gear[self.dim_index[a]]))
+            elif isinstance(a, int):
+                out.append(a)
+            else:
+                out.append(self.learned_static[(name, axis)])
+        return out
+
+    def check_output(self, i: int, t: Any, gear: Sequence[int]) -> None:
+        name, spec = self.out_names[i], self.out_specs[i]
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"output '{name}': the module returned {type(t).__name__}, "
+                             "expected a torch.Tensor")
+        if t.dim() != len(spec.axes):
+            raise ValueError(f"output '{name}': rank {t.dim()} (shape {list(t.shape)}), expected rank "
+                             f"{len(spec.axes)} (axes {spec.axes})")
+        for axis, a in enumerate(spec.axes):
+            n = int(t.shape[axis])
+            if isinstance(a, str):
+                want = int(gear[self.dim_index[a]])
+                if n != want:
+                    raise ValueError(f"output '{name}' axis {axis} ({a}): size {n} at gear "
+                                     f"{tuple(gear)}, expected {want} (the gear's {a})")
+            elif isinstance(a, int) and n != a:
+                raise ValueError(f"output '{name}' axis {axis}: size {n}, expected the static size {a}")
+
+
+# --------------------------------------------------------------------------
+# Padding, splitting, slicing (pure functions of a variant)
+# --------------------------------------------------------------------------
+
+
+def pad_to(t: torch.Tensor, axes: Sequence[Tuple[int, int, int, int]], pad: Any) -> torch.Tensor:
+    """Cuts and pads `t`: for each (axis, offset, extent, gear), takes
+    [offset, offset + extent) along axis and pads it with `pad` up to gear.
+    Returns a view of `t` (no copy) when nothing needs padding."""
+    for axis, offset, extent, _ in axes:
+        if offset != 0 or extent != t.shape[axis]:
+            t = t.narrow(axis, offset, extent)
+    if all(extent == gear for _, _, extent, gear in axes):
+        return t
+    shape = list(t.shape)
+    for axis, _, _, gear in axes:
+        shape[axis] = gear
+    out = torch.full(shape, pad, dtype=t.dtype, device=t.device)
+    view = out
+    for axis, _, extent, _ in axes:
+        view = view.narrow(axis, 0, extent)
+    view.copy_(t)
+    return out
+
+
+def slice_to(t: torch.Tensor, axes: Sequence[Tuple[int, int]]) -> torch.Tensor:
+    """Narrows each (axis, extent) to [0, extent): a view."""
+    for axis, extent in axes:
+        if extent != t.shape[axis]:
+            t = t.narrow(axis, 0, extent)
+    return t
+
+
+# --------------------------------------------------------------------------
+# Compilers: compile_fn(module, example_inputs: tuple) -> callable
+# --------------------------------------------------------------------------
+
+
+def compile_eager(module: torch.nn.Module, example_inputs: Tuple[torch.Tensor, ...]) -> Callable:
+    """No compile: the gear only shapes the work."""
+    del example_inputs
+    return module
+
+
+def compile_torchscript(module: torch.nn.Module, example_inputs: Tuple[torch.Tensor, ...]) -> Callable:
+    """Traces at the gear's shape, freezes, and optimizes for inference (CPU default)."""
+    with torch.no_grad():
+        traced = torch.jit.trace(module, example_inputs, check_trace=False)
+        frozen = torch.jit.freeze(traced)
+        return torch.jit.optimize_for_inference(frozen)
+
+
+class CudaGraphCompiler:
+    """Captures each gear with ``torch.cuda.CUDAGraph`` into one memory pool
+    shared by all gears of a GearedModule (capture the largest gear first:
+    the prewarm does). Replays are serialized per gear (the graph's static
+    input and output buffers are shared); outputs are cloned out of them."""
+
+    def __init__(self, warmup_runs: int = 3):
+        if not torch.cuda.is_available():
+            raise RuntimeError("compiler 'cuda_graph' needs a CUDA build of torch with a GPU: "
+                               "torch.cuda.is_available() is False (use 'torchscript' or 'eager')")
+        self.warmup_runs = warmup_runs
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def __call__(self, module: torch.nn.Module, example_inputs: Tuple[torch.Tensor, ...]) -> Callable:
+        static_in = tuple(x.to("cuda").clone() for x in example_inputs)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(stream):
+            for _ in range(self.warmup_runs):
+                module(*static_in)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph, pool=self.pool):
+            static_out = module(*static_in)
+        return _GraphRunner(graph, static_in, static_out)
+
+
+class _GraphRunner:
+    def __init__(self, graph: Any, static_in: Tuple[torch.Tensor, ...], static_out: Any):
+        self.graph, self.static_in, self.static_out = graph, static_in, static_out
+        self.lock = threading.Lock()
+
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        with self.lock:
+            for s, x in zip(self.static_in, inputs):
+                s.copy_(x)
+            self.graph.replay()
+            return _map_tensors(self.static_out, lambda t: t.clone())
+
+
+def _map_tensors(x: Any, fn: Callable) -> Any:
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, tuple):
+        return tuple(_map_tensors(v, fn) for v in x)
+    if isinstance(x, list):
+        return [_map_tensors(v, fn) for v in x]
+    if isinstance(x, dict):
+        return {k: _map_tensors(v, fn) for k, v in x.items()}
+    return x
+
+
+COMPILERS = ("torchscript", "eager", "cuda_graph")
+
+
+def _resolve_compiler(compiler: Any, module: torch.nn.Module) -> Tuple[str, Callable]:
+    if callable(compiler):
+        return getattr(compiler, "__name__", type(compiler).__name__), compiler
+    if compiler == "torchscript":
+        if module.training:
+            raise ValueError("compiler 'torchscript': the module is in training mode; call "
+                             "module.eval() first (freezing needs eval mode; gears serve inference)")
+        return "torchscript", compile_torchscript
+    if compiler == "eager":
+        return "eager", compile_eager
+    if compiler == "cuda_graph":
+        return "cuda_graph", CudaGraphCompiler()
+    raise ValueError(f"compiler: {compiler!r} is not one of {list(COMPILERS)} or a callable "
+                     "compile_fn(module, example_inputs) -> callable")
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _memory_now(device_type: str) -> int:
+    if device_type == "cuda":
+        return int(torch.cuda.memory_allocated())
+    return _rss_bytes()
+
+
+# --------------------------------------------------------------------------
+# Compiled gears
+# --------------------------------------------------------------------------
+
+
+class CompiledGear:
+    """One gear combination's compiled callable and what it cost. The
+    runtime's pool holds it (released when the gear is evicted); a call holds
+    it while it runs."""
+
+    __slots__ = ("gear", "fn", "key", "compile_seconds", "bytes", "__weakref__")
+
+    def __init__(self, gear: Gear, fn: Callable, compile_seconds: float, nbytes: int):
+        self.gear = gear
+        self.fn = fn
+        self.key = 0
+        self.compile_seconds = compile_seconds
+        self.bytes = nbytes
+
+
+class _GearStats:
+    __slots__ = ("hits", "padded", "raw")
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.padded = 0.0
+        self.raw = 0.0
+
+
+def _config_from(dims: Any, config: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    if isinstance(dims, (str, os.PathLike)):
+        text = str(dims) if isinstance(dims, str) and dims.lstrip().startswith("{") else None
+        if text is None:
+            with open(dims) as f:
+                text = f.read()
+        try:
+            cfg = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"dims: not valid JSON config ({e})") from None
+    elif isinstance(dims, Mapping) and "dims" in dims:
+        cfg = copy.deepcopy(dict(dims))
+    elif isinstance(dims, Mapping):
+        if not dims:
+            raise ValueError("dims: at least one dimension is needed")
+        entries = []
+        for name, spec in dims.items():
+            if isinstance(spec, Mapping):
+                entry = {"name": name, **spec}
+            elif isinstance(spec, (list, tuple)):
+                entry = {"name": name, "gears": list(spec)}
+            else:
+                raise TypeError(f"dims['{name}']: expected a dict (gears | policy/min/max, "
+                                f"splittable) or a list of gears, got {type(spec).__name__}")
+            entries.append(entry)
+        cfg = {"dims": entries}
+    else:
+        raise TypeError("dims: expected a dict name -> spec, a config dict with 'dims', JSON text "
+                        f"or a config path, got {type(dims).__name__}")
+    if not isinstance(cfg, dict):
+        raise ValueError("dims: the config must be a JSON object")
+    for key, value in (config or {}).items():
+        if isinstance(value, Mapping) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = copy.deepcopy(value)
+    return cfg
+
+
+class _Shared:
+    """State the background thread and the finalizer share with the module
+    without keeping it alive."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.closed = False
+        self.pending = False
+        self.busy = False
+
+
+def _prewarm_loop(ref: "weakref.ref[GearedModule]", shared: _Shared) -> None:
+    while True:
+        with shared.cond:
+            while not shared.pending and not shared.closed:
+                shared.cond.wait(timeout=1.0)
+                if ref() is None:
+                    return
+            if shared.closed:
+                return
+            shared.pending = False
+            shared.busy = True
+        try:
+            gm = ref()
+            if gm is None:
+                return
+            gm._prewarm_once()
+            del gm
+        finally:
+            with shared.cond:
+                shared.busy = False
+                shared.cond.notify_all()
+
+
+def _shutdown(shared: _Shared, rt: Any, listener_id: Optional[int],
+              threads: List[threading.Thread]) -> None:
+    with shared.cond:
+        shared.closed = True
+        shared.cond.notify_all()
+    for t in threads:  # a compile in progress finishes first
+        if t.is_alive() and t is not threading.current_thread():
+            t.join(timeout=120)
+    try:
+        if listener_id is not None:
+            rt.remove_release_listener(listener_id)
+        rt.close()
+    except Exception:  # already closed
+        pass
+
+
+class GearedModule(torch.nn.Module):
+    """A module served through gears. See the module docstring and docs/PYTHON.md.
+
+    Args:
+      module: the model (inference; ``torchscript`` needs ``module.eval()``).
+      dims: the dynamic dimensions, in order: a dict name -> spec (``{"gears": [...]}`` or
+        ``{"policy": "TIMES", "min": 1, "max": 64}``, plus ``"splittable": True`` to split above
+        the largest gear; or a plain list of gears), or a whole gearbox config (dict with
+        ``"dims"``, JSON text, or a path).
+      inputs: name -> axes list, dict(axes=, pad=, dtype=, example=) or InputSpec, in the
+        module's positional order. Axes: a dimension name, a static int, or None.
+      outputs: the axes of the single output, a list of them (tuple outputs), or a dict
+        name -> axes (tuple outputs in that order, or a dict output by key).
+      compiler: "torchscript" (default), "eager", "cuda_graph", or a
+        ``compile_fn(module, example_inputs: tuple) -> callable``.
+      policy: "replan" (default), "adaptive" or "static".
+      config: extra config sections merged into the config (e.g. ``{"adaptive": {...},
+        "replan": {...}}``).
+      start_worker: run the runtime's update worker thread.
+      prewarm: compile the gears of each new gear set in a background thread before they are
+        first needed (largest first); False compiles on first use.
+      calibrate: with the replan policy and no ``replan.compile_seconds`` in the config, compile
+        the smallest initial gear first and give the measured seconds to the cost model.
+      check: "off", "debug" (raise PaddingInvarianceError) or "warn" on a mismatch with eager.
+      check_every: compare every Nth call (check mode). check_rtol/check_atol: tolerances.
+      clock / start_time: "system" or "manual" (tests and replays drive it).
+      serialize_compiles: run one compile at a time (tracing is memory- and CPU-heavy).
+    """
+
+    def __init__(self, module: torch.nn.Module, dims: Any, *, inputs: Mapping[str, Any],
+                 outputs: Any, compiler: Any = "torchscript", policy: str = "replan",
+                 config: Optional[Mapping[str, Any]] = None, start_worker: bool = True,
+                 prewarm: bool = True, calibrate: bool = True, check: str = "off",
+                 check_every: int = 1, check_rtol: float = 1e-4, check_atol: float = 1e-5,
+                 clock: str = "system", start_time: float = 0.0,
+                 serialize_compiles: bool = True, max_decisions: int = 1000):
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+        if check not in ("off", "debug", "warn"):
+            raise ValueError(f"check: {check!r} is not one of ['off', 'debug', 'warn']")
+        if not isinstance(check_every, int) or check_every < 1:
+            raise ValueError(f"check_every: {check_every!r}, expected an int >= 1")
+        if not isinstance(inputs, Mapping):
+            raise TypeError(f"inputs: expected a dict name -> spec, got {type(inputs).__name__}")
+        self.module = module
+        self.compiler_name, self._compile_fn = _resolve_compiler(compiler, module)
+        self._device_type = "cuda" if self.compiler_name == "cuda_graph" else "cpu"
+        self._check, self._check_every = check, check_every
+        self._check_rtol, self._check_atol = check_rtol, check_atol
+        self._policy = policy
+        self._prewarm_enabled = bool(prewarm)
+        self._config = _config_from(dims, config)
+        self._rt_kwargs = dict(policy=policy, clock=clock, start_time=start_time)
+        in_specs = {n: _as_input_spec(n, s) for n, s in inputs.items()}
+        self._out_kind, out_names, out_specs = _as_output_specs(outputs)
+
+        probe = _gb.Runtime(self._config, start_worker=False, **self._rt_kwargs)
+        try:
+            dim_names = list(probe.dims)
+            initial = [list(g) for g in probe.snapshot().gears]
+        finally:
+            probe.close()
+        self._sig = _Signature(dim_names, in_specs, out_names, out_specs)
+
+        # Mutable state. _lock guards _table, _by_key, _inflight, stats; never held while
+        # compiling or running a module.
+        self._lock = threading.Lock()
+        self._compile_lock = threading.Lock() if serialize_compiles else None
+        self._table: Dict[Gear, CompiledGear] = {}
+        self._by_key: Dict[int, Gear] = {}
+        self._inflight: Dict[Gear, concurrent.futures.Future] = {}
+        self._gear_stats: Dict[Gear, _GearStats] = collections.defaultdict(_GearStats)
+        self._compile_log: List[Dict[str, Any]] = []
+        self._decisions: collections.deque = collections.deque(maxlen=max_decisions)
+        self._counts = collections.Counter()
+        self._padded_volume = 0.0
+        self._raw_volume = 0.0
+        self._released_modules = 0
+
+        calibrated = None
+        if (calibrate and policy == "replan" and self._sig.example_shapes_known()
+                and "compile_seconds" not in self._config.get("replan", {})):
+            smallest = tuple(min(g) for g in initial)
+            first = self._compile(smallest)
+            calibrated = (smallest, first)
+            self._config.setdefault("replan", {})["compile_seconds"] = max(first.compile_seconds, 1e-3)
+        self.calibrated_compile_seconds = calibrated[1].compile_seconds if calibrated else None
+
+        self.runtime = _gb.Runtime(self._config, start_worker=False, **self._rt_kwargs)
+        self._shared = _Shared()
+        me = weakref.ref(self)
+        self._listener_id = self.runtime.add_release_listener(
+            lambda keys: (lambda gm: gm is not None and gm._on_release(keys))(me()))
+        self._thread = None
+        threads: List[threading.Thread] = []
+        self._finalizer = weakref.finalize(self, _shutdown, self._shared, self.runtime,
+                                           self._listener_id, threads)
+        if calibrated is not None:
+            self._publish(calibrated[1])
+        if self._prewarm_enabled:
+            self._thread = threading.Thread(target=_prewarm_loop, args=(me, self._shared),
+                                            name="gearbox-prewarm", daemon=True)
+            threads.append(self._thread)
+            self._thread.start()
+            self._request_prewarm()
+        if start_worker:
+            self.runtime.start_worker()
+
+    # ---------------------------------------------------------------- calls
+
+    def _bind(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+        names = list(self._sig.inputs)
+        if len(args) > len(names):
+            raise TypeError(f"GearedModule takes {len(names)} inputs {names}, got {len(args)} "
+                            "positional arguments")
+        bound = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in self._sig.inputs:
+                raise TypeError(f"unexpected input '{k}'; inputs are {names}")
+            if k in bound:
+                raise TypeError(f"input '{k}' given twice")
+            bound[k] = v
+        missing = [n for n in names if n not in bound]
+        if missing:
+            raise TypeError(f"missing input(s) {missing}; inputs are {names}")
+        return {n: bound[n] for n in names}
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._shared.closed:
+            raise RuntimeError("GearedModule is closed (close() stopped its runtime)")
+        tensors = self._bind(args, kwargs)
+        sizes = self._sig.check(tensors)
+        if self._sig.learn(tensors):
+            self._request_prewarm()
+        try:
+            plan = self.runtime.plan(sizes)
+        except ValueError as e:
+            raise ValueError(f"sizes {dict(zip(self._sig.dims, sizes))}: {e}") from None
+        with torch.no_grad():
+            outs = self._execute(plan, tensors, sizes)
+        self.runtime.record(plan)
+        self._account(plan)
+        if self._check != "off":
+            self._maybe_check(plan, tensors, outs)
+        return self._pack(outs)
+
+    def _variant_inputs(self, gear: Sequence[int], extent: Sequence[int], offset: Sequence[int],
+                        tensors: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, ...]:
+        out = []
+        for name, spec in self._sig.inputs.items():
+            axes = [(ax, offset[self._sig.dim_index[a]], extent[self._sig.dim_index[a]],
+                     gear[self._sig.dim_index[a]])
+                    for ax, a in enumerate(spec.axes) if isinstance(a, str)]
+            out.append(pad_to(tensors[name], axes, spec.pad))
+        return tuple(out)
+
+    def _flatten(self, result: Any) -> List[Any]:
+        n = len(self._sig.out_names)
+        if self._out_kind == "single":
+            return [result]
+        if isinstance(result, Mapping):
+            missing = [k for k in self._sig.out_names if k not in result]
+            if missing:
+                raise ValueError(f"outputs: the module returned a dict without {missing}")
+            return [result[k] for k in self._sig.out_names]
+        if isinstance(result, (tuple, list)):
+            if len(result) != n:
+                raise ValueError(f"outputs: the module returned {len(result)} outputs, "
+                                 f"{n} declared ({self._sig.out_names})")
+            return list(result)
+        raise ValueError(f"outputs: the module returned a {type(result).__name__}, {n} outputs "
+                         f"declared ({self._sig.out_names})")
+
+    def _pack(self, outs: List[torch.Tensor]) -> Any:
+        if self._out_kind == "single":
+            return outs[0]
+        if self._out_kind == "mapping" and self._returns_dict:
+            return dict(zip(self._sig.out_names, outs))
+        return tuple(outs)
+
+    _returns_dict = False
+
+    def _run_variant(self, v: Any, tensors: Dict[str, torch.Tensor]) -> List[torch.Tensor]:
+        gear = tuple(int(g) for g in v.gear)
+        args = self._variant_inputs(gear, v.extent, v.offset, tensors)
+        if v.eager:
+            result = self.module(*args)
+        else:
+            compiled = self._get(gear)  # this call's reference keeps it alive while it runs
+            result = compiled.fn(*args)
+        if isinstance(result, Mapping):
+            self._returns_dict = True
+        outs = self._flatten(result)
+        sliced = []
+        for i, t in enumerate(outs):
+            self._sig.check_output(i, t, gear)
+            axes = [(ax, int(v.extent[self._sig.dim_index[a]]))
+                    for ax, a in enumerate(self._sig.out_specs[i].axes) if isinstance(a, str)]
+            sliced.append(slice_to(t, axes))
+        return sliced
+
+    def _execute(self, plan: Any, tensors: Dict[str, torch.Tensor], sizes: List[int]) -> List[Any]:
+        variants = plan.variants
+        if len(variants) == 1:
+            return self._run_variant(variants[0], tensors)
+        full: Optional[List[torch.Tensor]] = None
+        for v in variants:
+            pieces = self._run_variant(v, tensors)
+            if full is None:
+                full = []
+                for i, p in enumerate(pieces):
+                    shape = list(p.shape)
+                    for ax, a in enumerate(self._sig.out_specs[i].axes):
+                        if isinstance(a, str):
+                            shape[ax] = sizes[self._sig.dim_index[a]]
+                    full.append(torch.empty(shape, dtype=p.dtype, device=p.device))
+            for i, p in enumerate(pieces):
+                dst = full[i]
+                for ax, a in enumerate(self._sig.out_specs[i].axes):
+                    if isinstance(a, str):
+                        d = self._sig.dim_index[a]
+                        dst = dst.narrow(ax, int(v.offset[d]), int(v.extent[d]))
+                if dst.shape != p.shape:
+                    raise ValueError(f"output '{self._sig.out_names[i]}': chunk shape "
+                                     f"{list(p.shape)} does not fit {list(dst.shape)}; axes not "
+                                     "bound to a dimension must not change between gears")
+                dst.copy_(p)
+        return full
+
+    def _account(self, plan: Any) -> None:
+        with self._lock:
+            self._counts["calls"] += 1
+            self._counts["variants"] += plan.num_variants
+            if plan.any_split:
+                self._counts["split_calls"] += 1
+            if plan.exact:
+                self._counts["exact_calls"] += 1
+            self._padded_volume += plan.padded_volume
+            self._raw_volume += plan.raw_volume
+            for v in plan.variants:
+                if v.eager:
+                    self._counts["eager_variants"] += 1
+                    continue
+                s = self._gear_stats[tuple(int(g) for g in v.gear)]
+                s.hits += 1
+                s.padded += math.prod(int(g) for g in v.gear)
+                s.raw += math.prod(int(e) for e in v.extent)
+
+    # ------------------------------------------------------------- compiles
+
+    def _example_inputs(self, gear: Gear) -> Tuple[torch.Tensor, ...]:
+        device = "cuda" if self._device_type == "cuda" else "cpu"
+        return tuple(torch.full(self._sig.input_shape(n, gear), s.example,
+                                dtype=self._sig.dtype_of(n), device=device)
+                     for n, s in self._sig.inputs.items())
+
+    def _compile(self, gear: Gear) -> CompiledGear:
+        """One compile of one gear, measured; nothing cached."""
+        if not self._sig.example_shapes_known():
+            raise RuntimeError("cannot compile before the input dtypes (and None axes) are known: "
+                               "declare dtype= per input or call the module once")
+        examples = self._example_inputs(gear)
+        lock = self._compile_lock or _NULL_LOCK
+        with lock:
+            before = _memory_now(self._device_type)
+            t0 = time.perf_counter()
+            try:
+                fn = self._compile_fn(self.module, examples)
+            except Exception as e:
+                with self._lock:
+                    self._counts["compile_failures"] += 1
+                raise RuntimeError(f"compiling gear {dict(zip(self._sig.dims, gear))} with "
+                                   f"'{self.compiler_name}' failed: {type(e).__name__}: {e}") from e
+            seconds = time.perf_counter() - t0
+            nbytes = max(0, _memory_now(self._device_type) - before)
+        if not callable(fn):
+            with self._lock:
+                self._counts["compile_failures"] += 1
+            raise RuntimeError(f"compiler '{self.compiler_name}' returned {type(fn).__name__} for "
+                               f"gear {gear}, expected a callable")
+        return CompiledGear(gear, fn, seconds, nbytes)
+
+    def _publish(self, compiled: CompiledGear) -> bool:
+        """Registers the compiled gear in the runtime's pool under a cleanup key
+        attached to its gears. Returns False when a gear was evicted meanwhile
+        (then it is not cached; the caller may still use it once)."""
+        rt = self.runtime
+        key = rt.pool.register(compiled, compiled.bytes)
+        rt.pool.consume_recent_keys()
+        compiled.key = key
+        now = rt.now()
+        with self._lock:
+            self._table[compiled.gear] = compiled
+            self._by_key[key] = compiled.gear
+            self._counts["compiles"] += 1
+            self._compile_log.append({"gear": list(compiled.gear), "seconds": compiled.compile_seconds,
+                                      "bytes": compiled.bytes, "time": now})
+        attached = rt.attach_cleanup_keys(list(compiled.gear), [key])
+        if not attached:
+            self._drop_keys([key])
+        self._feed_cost_model()
+        return attached
+
+    def _feed_cost_model(self) -> None:
+        setter = getattr(self.runtime, "set_replan_cost", None)
+        if setter is None or self._policy != "replan":
+            return
+        with self._lock:
+            secs = [c["seconds"] for c in self._compile_log]
+        if secs:
+            setter(compile_seconds=max(sum(secs) / len(secs), 1e-3))
+
+    def _get(self, gear: Gear) -> CompiledGear:
+        """The gear's compiled module; compiles it once on a miss however many
+        threads miss at once; a failure reaches every waiter and is not cached."""
+        hit = self._table.get(gear)  # dict reads are atomic
+        if hit is not None:
+            return hit
+        with self._lock:
+            hit = self._table.get(gear)
+            if hit is not None:
+                return hit
+            fut = self._inflight.get(gear)
+            owner = fut is None
+            if owner:
+                fut = concurrent.futures.Future()
+                self._inflight[gear] = fut
+        if not owner:
+            return fut.result()
+        try:
+            compiled = self._compile(gear)
+            self._publish(compiled)
+        except BaseException as e:
+            with self._lock:
+                self._inflight.pop(gear, None)
+            fut.set_exception(e)
+            raise
+        with self._lock:
+            self._inflight.pop(gear, None)
+        fut.set_result(compiled)
+        return compiled
+
+    def _drop_keys(self, keys: Sequence[int]) -> None:
+        with self._lock:
+            for k in keys:
+                gear = self._by_key.pop(int(k), None)
+                if gear is not None:
+                    c = self._table.get(gear)
+                    if c is not None and c.key == int(k):
+                        del self._table[gear]
+                        self._released_modules += 1
+
+    def _on_release(self, keys: Sequence[int]) -> None:
+        # On the updating thread, after every update: the pool has dropped the
+        # evicted gears' modules; drop ours (in-flight calls keep theirs).
+        self._drop_keys(list(keys))
+        self._request_prewarm()  # the prewarm thread also notes the update's record
+
+    def _note_decision(self, rec: Optional[Dict[str, Any]]) -> None:
+        if rec is None:
+            return
+        with self._lock:
+            if self._decisions and self._decisions[-1].get("sequence") == rec.get("sequence"):
+                return
+            self._decisions.append(rec)
+
+    # -------------------------------------------------------------- prewarm
+
+    def _request_prewarm(self) -> None:
+        if self._thread is None:
+            return
+        with self._shared.cond:
+            self._shared.pending = True
+            self._shared.cond.notify_all()
+
+    def _cells(self) -> List[Gear]:
+        snap = self.runtime.snapshot()
+        combos = [tuple(int(g) for g in c) for c in snap.combinations]
+        if not combos:
+            combos = [tuple(int(g) for g in c) for c in itertools.product(*snap.gears)]
+        return sorted(combos, key=lambda c: (-math.prod(c), c))
+
+    def _prewarm_once(self) -> None:
+        # Woken by the release listener, which runs before the runtime stores
+        # the update's record: read it here, after the listener returned.
+        self._note_decision(self.runtime.last_update())
+        if not self._sig.example_shapes_known():
+            return
+        version = self.runtime.snapshot().version
+        for gear in self._cells():
+            if self._shared.closed or self.runtime.snapshot().version != version:
+                self._request_prewarm()  # a newer gear set: start over
+                return
+            if gear in self._table:
+                continue
+            try:
+                self._get(gear)
+            except Exception as e:  # reported; the gear compiles again on first use
+                if self._shared.closed:
+                    return
+                with self._lock:
+                    self._counts["prewarm_failures"] += 1
+                warnings.warn(f"gearbox.torch prewarm: {e}", RuntimeWarning)
+
+    def wait_prewarm(self, timeout: float = 60.0) -> bool:
+        """Waits until the prewarm thread has compiled the current gear set.
+        Returns False on timeout (or when prewarm is off)."""
+        if self._thread is None:
+            return False
+        deadline = time.monotonic() + timeout
+        with self._shared.cond:
+            while self._shared.pending or self._shared.busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._shared.cond.wait(timeout=left)
+        return True
+
+    def warm(self) -> None:
+        """Compiles every gear combination of the current gear set now, on this thread."""
+        for gear in self._cells():
+            self._get(gear)
+
+    # ---------------------------------------------------------- update path
+
+    def update(self, now: Optional[float] = None) -> Dict[str, Any]:
+        """One update of the gear set (the runtime's run_once); returns its record."""
+        rec = self.runtime.run_once(now)
+        self._note_decision(rec)
+        return rec
+
+    # -------------------------------------------------------- introspection
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """The config the runtime was created from (with calibrated compile seconds)."""
+        return copy.deepcopy(self._config)
+
+    @property
+    def dims(self) -> List[str]:
+        return list(self._sig.dims)
+
+    @property
+    def gears(self) -> Dict[str, List[int]]:
+        """The current gears per dimension."""
+        snap = self.runtime.snapshot()
+        return {d: [int(g) for g in gs] for d, gs in zip(self._sig.dims, snap.gears)}
+
+    def compiled_gears(self) -> List[Gear]:
+        with self._lock:
+            return sorted(self._table)
+
+    def compiled(self, gear: Sequence[int]) -> Optional[CompiledGear]:
+        return self._table.get(tuple(int(g) for g in gear))
+
+    def decisions(self) -> List[Dict[str, Any]]:
+        """The update records seen (by update(), the prewarm thread, or now), oldest first."""
+        self._note_decision(self.runtime.last_update())
+        with self._lock:
+            return list(self._decisions)
+
+    def compile_times(self) -> Dict[str, float]:
+        with self._lock:
+            return {_gear_name(c.gear): c.compile_seconds for c in self._table.values()}
+
+    def summary(self) -> Dict[str, Any]:
+        with self._lock:
+            per_gear = {}
+            for gear in sorted(set(self._gear_stats) | set(self._table)):
+                s = self._gear_stats.get(gear)
+                c = self._table.get(gear)
+                per_gear[_gear_name(gear)] = {
+                    "gear": list(gear),
+                    "hits": s.hits if s else 0,
+                    "padding": (1.0 - s.raw / s.padded) if s and s.padded else 0.0,
+                    "compiled": c is not None,
+                    "compile_seconds": c.compile_seconds if c else None,
+                    "bytes": c.bytes if c else None,
+                }
+            log = list(self._compile_log)
+            counts = dict(self._counts)
+            padded, raw = self._padded_volume, self._raw_volume
+            released = self._released_modules
+        decisions = len(self.decisions())
+        secs = [c["seconds"] for c in log]
+        return {
+            "dims": list(self._sig.dims),
+            "gears": self.gears,
+            "snapshot_version": self.runtime.snapshot().version,
+            "policy": self._policy,
+            "compiler": self.compiler_name,
+            "calls": counts.get("calls", 0),
+            "variants": counts.get("variants", 0),
+            "split_calls": counts.get("split_calls", 0),
+            "exact_calls": counts.get("exact_calls", 0),
+            "eager_variants": counts.get("eager_variants", 0),
+            "padding_waste": (padded / raw - 1.0) if raw else 0.0,
+            "compiles": len(log),
+            "compile_seconds": sum(secs),
+            "compile_seconds_mean": (sum(secs) / len(secs)) if secs else None,
+            "calibrated_compile_seconds": self.calibrated_compile_seconds,
+            "compile_failures": counts.get("compile_failures", 0),
+            "prewarm_failures": counts.get("prewarm_failures", 0),
+            "cached_modules": sum(1 for g in per_gear.values() if g["compiled"]),
+            "released_modules": released,
+            "decisions": decisions,
+            "per_gear": per_gear,
+            "runtime": self.runtime.counters(),
+            "checks": counts.get("checks", 0),
+            "check_failures": counts.get("check_failures", 0),
+        }
+
+    def save_plan(self, path: str | os.PathLike) -> Dict[str, Any]:
+        """Writes the current gear set (and measured compile costs) as JSON,
+        for load_plan after a restart."""
+        snap = self.runtime.snapshot()
+        with self._lock:
+            secs = {_gear_name(c.gear): c.compile_seconds for c in self._table.values()}
+        plan = {"format": "gearbox.torch plan", "version": 1, "dims": list(self._sig.dims),
+                "gears": [[int(g) for g in gs] for gs in snap.gears],
+                "combinations": [[int(g) for g in c] for c in snap.combinations],
+                "policy": self._policy, "compiler": self.compiler_name, "compile_seconds": secs}
+        with open(path, "w") as f:
+            json.dump(plan, f, indent=1)
+        return plan
+
+    def load_plan(self, path: str | os.PathLike, compile: bool = True) -> Dict[str, Any]:
+        """Sets the gears saved by save_plan (commit_update) and, with
+        compile=True, compiles all of them now (a warm restart)."""
+        with open(path) as f:
+            try:
+                plan = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"plan file {os.fspath(path)}: not JSON ({e})") from None
+        if not isinstance(plan, dict) or plan.get("format") != "gearbox.torch plan":
+            raise ValueError(f"plan file {os.fspath(path)}: 'format' is not 'gearbox.torch plan'")
+        if plan.get("dims") != list(self._sig.dims):
+            raise ValueError(f"plan file {os.fspath(path)}: dims {plan.get('dims')} differ from "
+                             f"this module's {self._sig.dims}")
+        record = self.runtime.commit_update(plan["gears"])
+        if compile:
+            self.warm()
+        return record
+
+    def close(self) -> None:
+        """Stops the prewarm thread (after the compile in progress) and the
+        runtime's worker; later calls raise RuntimeError. Idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> "GearedModule":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- checking
+
+    def _maybe_check(self, plan: Any, tensors: Dict[str, torch.Tensor], outs: List[Any]) -> None:
+        with self._lock:
+            n = self._counts["calls"]
+        if (n - 1) % self._check_every:
+            return
+        with torch.no_grad():
+            ref = self._flatten(self.module(*tensors.values()))
+        with self._lock:
+            self._counts["checks"] += 1
+        for v in plan.variants:
+            for i, (got, want) in enumerate(zip(outs, ref)):
+                region_got, region_want = got, want
+                for ax, a in enumerate(self._sig.out_specs[i].axes):
+                    if isinstance(a, str):
+                        d = self._sig.dim_index[a]
+                        region_got = region_got.narrow(ax, int(v.offset[d]), int(v.extent[d]))
+                        region_want = region_want.narrow(ax, int(v.offset[d]), int(v.extent[d]))
+                if region_got.shape != region_want.shape or not torch.allclose(
+                        region_got.float(), region_want.float(), rtol=self._check_rtol,
+                        atol=self._check_atol, equal_nan=True):
+                    diff = ((region_got.float() - region_want.float()).abs().max().item()
+                            if region_got.shape == region_want.shape else float("nan"))
+                    with self._lock:
+                        self._counts["check_failures"] += 1
+                    msg = (f"padding-invariance check: gear {dict(zip(self._sig.dims, v.gear))} "
+                           f"(extents {dict(zip(self._sig.dims, v.extent))}): output "
+                           f"'{self._sig.out_names[i]}' differs from the eager module by {diff:.3g} "
+                           f"(rtol {self._check_rtol}, atol {self._check_atol}); the module is not "
+                           "padding-invariant on its valid part (mask the padding: attention "
+                           "without a key padding mask, a mean or a norm over a padded axis), or "
+                           f"the compiler '{self.compiler_name}' changed its result")
+                    if self._check == "debug":
+                        raise PaddingInvarianceError(msg)
+                    warnings.warn(msg, RuntimeWarning)
+                    return
+
+
+class _NullLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+_NULL_LOCK = _NullLock()
+
+
+def _gear_name(gear: Sequence[int]) -> str:
+    return "x".join(str(int(g)) for g in gear)
