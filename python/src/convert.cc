@@ -26,20 +26,20 @@ RuntimeConfig ConfigFromPython(const py::handle& config) {
   }
   if (py::isinstance<py::dict>(config)) {
     const std::string text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
-    py::gil_scoped_release release;
+    GilRelease release;
     return ValueOrThrow(ParseConfig(text));
   }
   const py::object os = py::module_::import("os");
   if (py::isinstance<py::str>(config)) {
     const std::string text = config.cast<std::string>();
     const size_t first = text.find_first_not_of(" \t\r\n");
-    py::gil_scoped_release release;
+    GilRelease release;
     if (first != std::string::npos && text[first] == '{') return ValueOrThrow(ParseConfig(text));
     return ValueOrThrow(LoadConfigFile(text));
   }
   if (py::isinstance(config, os.attr("PathLike"))) {
     const std::string path = os.attr("fspath")(config).cast<std::string>();
-    py::gil_scoped_release release;
+    GilRelease release;
     return ValueOrThrow(LoadConfigFile(path));
   }
   throw py::type_error("config: " + std::string(py::str(config.get_type().attr("__name__"))) +

@@ -22,6 +22,25 @@ namespace gearbox::python {
 
 namespace py = pybind11;
 
+// Releases the GIL for its scope, as py::gil_scoped_release, but lets a
+// thread that the interpreter ends on re-entry (a daemon thread, while the
+// interpreter finalizes: PyEval_RestoreThread exits the thread by forced
+// unwinding) unwind: pybind11's gil_scoped_release has an implicitly
+// noexcept destructor, through which that unwind calls std::terminate.
+// pybind11's dispatcher rethrows the unwind, so the thread ends cleanly.
+class GilRelease {
+ public:
+  // get_internals() first, as pybind11 does: it sets up what a later
+  // py::gil_scoped_acquire on another thread reads.
+  GilRelease() : state_((py::detail::get_internals(), PyEval_SaveThread())) {}
+  ~GilRelease() noexcept(false) { PyEval_RestoreThread(state_); }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 // Bad input (InvalidArgument, OutOfRange, NotFound, AlreadyExists,
 // FailedPrecondition) -> ValueError; anything else -> RuntimeError; the
 // message is the status's, verbatim. OK: nothing.

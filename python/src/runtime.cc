@@ -105,7 +105,7 @@ py::tuple PlanVariantArrays(const PyPlan& p) {
   int64_t* e = extent.mutable_data();
   int64_t* o = offset.mutable_data();
   {
-    py::gil_scoped_release release;
+    GilRelease release;
     p.plan.ForEachVariant([&](const Variant& v) {
       for (int d = 0; d < dims; ++d) {
         *g++ = v.gear[d];
@@ -189,7 +189,7 @@ uint64_t PoolRegister(PyPool& p, py::object object, int64_t bytes) {
 py::object PoolAcquire(const PyPool& p, uint64_t key) {
   std::shared_ptr<GraphResource> held;
   {
-    py::gil_scoped_release release;
+    GilRelease release;
     held = p.pool->Acquire(key);
   }
   const auto* resource = dynamic_cast<const PyResource*>(held.get());
@@ -201,7 +201,7 @@ py::object PoolAcquire(const PyPool& p, uint64_t key) {
 }
 
 size_t PoolRemove(PyPool& p, const std::vector<uint64_t>& keys) {
-  py::gil_scoped_release release;  // releases take the GIL themselves
+  GilRelease release;  // releases take the GIL themselves
   return p.pool->RemoveByKeys(keys);
 }
 
@@ -292,11 +292,11 @@ class PyRuntime {
     options.event_buffer_events = static_cast<size_t>(event_buffer_events);
     for (const DimensionSpec& d : parsed.dims) state->dims.push_back(d.name);
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       state->runtime = ValueOrThrow(AdaptiveGearRuntime::Create(parsed.dims, std::move(options)));
     }
     state_ = std::move(state);
-    py::gil_scoped_release release;  // live_mu is held while runtimes close at exit
+    GilRelease release;  // live_mu is held while runtimes close at exit
     std::lock_guard<std::mutex> lock(live_mu);
     live->insert(this);
   }
@@ -305,7 +305,7 @@ class PyRuntime {
     {
       // Out of the live set first; waits (without the GIL, which a listener
       // on the worker may need) while CloseLiveRuntimes closes this runtime.
-      std::optional<py::gil_scoped_release> release;
+      std::optional<GilRelease> release;
       if (PythonAlive()) release.emplace();
       std::lock_guard<std::mutex> lock(live_mu);
       live->erase(this);
@@ -340,7 +340,7 @@ class PyRuntime {
       new std::shared_ptr<RuntimeState>(std::move(state));
       return;
     }
-    py::gil_scoped_release release;
+    GilRelease release;
     if (callback_depth > 0) {
       // Closed from a listener or probe, maybe on the worker thread itself:
       // another thread joins the worker once this callback has returned.
@@ -390,7 +390,7 @@ class PyRuntime {
           "record: the plan was made on another runtime's snapshot; plan on this runtime");
     }
     const double t = TimeOr(*s, now);
-    py::gil_scoped_release release;
+    GilRelease release;
     s->runtime->RecordPlan(plan.plan, t);
   }
 
@@ -408,7 +408,7 @@ class PyRuntime {
     const double time = TimeOr(*s, now);
     absl::StatusOr<UpdateRecord> record;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       record = s->runtime->RunOnce(time, t);
     }
     ThrowIfError(record.status());
@@ -421,7 +421,7 @@ class PyRuntime {
     const double time = TimeOr(*s, now);
     absl::StatusOr<UpdateRecord> record;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       record = s->runtime->CommitUpdate(gears, time);
     }
     ThrowIfError(record.status());
@@ -432,7 +432,7 @@ class PyRuntime {
     auto s = Get("start_worker");
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       status = s->runtime->StartWorker();
     }
     ThrowIfError(status);
@@ -445,7 +445,7 @@ class PyRuntime {
           "Runtime.stop_worker: called from a release listener or memory probe, which may run on "
           "the worker thread itself; stop the worker from another thread (or call close())");
     }
-    py::gil_scoped_release release;  // the worker may be waiting for the GIL in a listener
+    GilRelease release;  // the worker may be waiting for the GIL in a listener
     s->runtime->StopWorker();
   }
 
@@ -465,14 +465,14 @@ class PyRuntime {
   void SetTime(double t) const {
     auto s = Get("set_time");
     ManualClock& clock = Manual(*s, "set_time");
-    py::gil_scoped_release release;  // wakes the worker
+    GilRelease release;  // wakes the worker
     clock.Set(t);
   }
 
   void Advance(double dt) const {
     auto s = Get("advance");
     ManualClock& clock = Manual(*s, "advance");
-    py::gil_scoped_release release;
+    GilRelease release;
     clock.Advance(dt);
   }
 
@@ -507,7 +507,7 @@ class PyRuntime {
     const double time = TimeOr(*s, now);
     WindowStats w;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       w = s->runtime->BuildStatsSnapshot(time);
     }
     py::list dims;
@@ -550,7 +550,7 @@ class PyRuntime {
                             " gears is not allowed; one per dimension (" +
                             std::to_string(s->dims.size()) + ")");
     }
-    py::gil_scoped_release release;  // an evicted gear releases the keys at once
+    GilRelease release;  // an evicted gear releases the keys at once
     return s->runtime->AttachCleanupKeys(gears, keys);
   }
 
@@ -577,13 +577,13 @@ class PyRuntime {
         PyErr_WriteUnraisable(callable->get().ptr());
       }
     };
-    py::gil_scoped_release release;
+    GilRelease release;
     return s->runtime->AddReleaseListener(std::move(listener));
   }
 
   void RemoveReleaseListener(uint64_t id) const {
     auto s = Get("remove_release_listener");
-    py::gil_scoped_release release;  // waits for a running listener, which takes the GIL
+    GilRelease release;  // waits for a running listener, which takes the GIL
     s->runtime->RemoveReleaseListener(id);
   }
 

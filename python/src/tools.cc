@@ -156,7 +156,7 @@ py::object ReplayFunction(const py::handle& config_object, const py::handle& tra
   summary.max_reject_ratio = max_reject_ratio;
   absl::Status status;
   {
-    py::gil_scoped_release release;
+    GilRelease release;
     status = [&]() -> absl::Status {
       if (from_file) {
         auto loaded = LoadTraceFile(trace_path, dims);
@@ -240,7 +240,7 @@ py::object PlanGearsFunction(const py::handle& sizes_object, std::optional<int64
   CostBreakdown cost;
   absl::Status status;
   {
-    py::gil_scoped_release release;
+    GilRelease release;
     status = [&]() -> absl::Status {
       for (size_t i = 0; i < view.size(); ++i) {
         if (view[i] < 1) {
@@ -354,7 +354,7 @@ py::tuple ConvertTraceFunction(const py::handle& input_object, const std::string
   Trace trace;
   absl::Status status;
   {
-    py::gil_scoped_release release;
+    GilRelease release;
     status = [&]() -> absl::Status {
       auto requests = ReadRequests(input, format, rate, seed);
       if (!requests.ok()) return requests.status();
