@@ -108,8 +108,8 @@ TEST_F(CliEmit, EachServerGetsOnlyItsConfigurationOnStdout) {
   ASSERT_EQ(spec.code, 0) << spec.err;
   std::vector<int64_t> tokens;
   for (int64_t g : gears) tokens.push_back(3 * g);
-  EXPECT_EQ(spec.out, "--compilation-config '{\"cudagraph_capture_sizes\": [" +
-                          Join(tokens, ", ") + "]}'\n");
+  EXPECT_EQ(spec.out,
+            "--compilation-config '{\"cudagraph_capture_sizes\": [" + Join(tokens, ", ") + "]}'\n");
 }
 
 TEST_F(CliEmit, ServerLimitsAreCheckedAndClipped) {

@@ -123,6 +123,44 @@ TEST(Replan, SmallGainsDoNotPayForACompile) {
   EXPECT_TRUE(declined_for_cost);
 }
 
+TEST(Replan, AMeasuredCostModelReplacesTheConfiguredOne) {
+  // The configured compile cost is cheap; measured compiles are dear: the
+  // next update prices gears by the measured cost and adds none.
+  Replanned r(Seq());
+  GearCostModel measured = r.rt->ReplanCostModel();
+  EXPECT_EQ(measured.compile_seconds, ReplanOptions{}.cost.compile_seconds);
+  measured.compile_seconds = 1e6;
+  ASSERT_TRUE(r.rt->SetReplanCostModel(measured).ok());
+  EXPECT_EQ(r.rt->ReplanCostModel().compile_seconds, 1e6);
+  const UpdateRecord rec = r.Run(120, 20, Mixture);
+  EXPECT_TRUE(rec.added[0].empty());
+  // The same traffic with the configured cost adds gears.
+  Replanned configured(Seq());
+  EXPECT_FALSE(configured.Run(120, 20, Mixture).added[0].empty());
+}
+
+TEST(Replan, ABadCostModelIsRefusedAndChangesNothing) {
+  Replanned r(Seq());
+  GearCostModel bad = r.rt->ReplanCostModel();
+  bad.compile_seconds = -1;
+  const absl::Status s = r.rt->SetReplanCostModel(bad);
+  EXPECT_THAT(s.message(), HasSubstr("compile_seconds"));
+  EXPECT_EQ(r.rt->ReplanCostModel().compile_seconds, ReplanOptions{}.cost.compile_seconds);
+}
+
+TEST(Replan, ReleaseListenersSeeTheirUpdateInLastUpdate) {
+  Replanned r(Seq());
+  uint64_t seen = 0;
+  r.rt->AddReleaseListener([&](std::span<const GraphKey>) {
+    const std::optional<UpdateRecord> last = r.rt->last_update();
+    seen = last.has_value() ? last->sequence : 0;
+  });
+  const UpdateRecord rec = r.Run(120, 20, Mixture);
+  EXPECT_EQ(seen, rec.sequence);
+  const UpdateRecord manual = *r.rt->CommitUpdate({{1, 2, 16384}}, r.t);
+  EXPECT_EQ(seen, manual.sequence);
+}
+
 TEST(Replan, TooLittleTrafficChangesNothing) {
   Replanned r(Seq());
   const UpdateRecord rec = r.Run(10, 0.5, Mixture);  // 5 requests

@@ -120,8 +120,7 @@ TEST(EmitServerConfig, VllmMaxNumBatchedTokensCapsWholeDecodeSteps) {
   o.max_num_seqs = 10;
   EXPECT_THAT(*ServerSizes(std::vector<int64_t>{4, 30}, o), ElementsAre(16, 40));
   o.clip_to_max = false;
-  EXPECT_THAT(ErrorOf({4, 30}, o),
-              HasSubstr("(--max-num-seqs 10 x (1 + --speculative-tokens 3))"));
+  EXPECT_THAT(ErrorOf({4, 30}, o), HasSubstr("(--max-num-seqs 10 x (1 + --speculative-tokens 3))"));
   o.max_num_seqs = 0;
   o.max_num_batched_tokens = 3;
   EXPECT_EQ(ErrorOf({1}, o),

@@ -38,7 +38,7 @@ struct PlanFlags {
   uint64_t seed = 1;
   GearCostModel cost;
   std::string weights;
-  std::string joint;  // "A,B": two-dimensional schemes
+  std::string joint;                                 // "A,B": two-dimensional schemes
   std::string schemes = "independent,joint,sparse";  // with --joint
   int graphs = 0;
   // --emit: the plan in an inference server's syntax.
@@ -112,10 +112,10 @@ int Fail(const std::string& message) {
 // --emit: one plan, printed alone on stdout; the server options parsed.
 absl::Status CheckEmitFlags(PlanFlags& f) {
   if (f.emit.empty()) {
-    const char* given = f.server.max_num_seqs > 0             ? "--max-num-seqs"
-                        : f.server.max_num_batched_tokens > 0 ? "--max-num-batched-tokens"
-                        : f.server.speculative_tokens > 0     ? "--speculative-tokens"
-                        : f.server.clip_to_max                ? "--clip-to-max"
+    const char* given = f.server.max_num_seqs > 0               ? "--max-num-seqs"
+                        : f.server.max_num_batched_tokens > 0   ? "--max-num-batched-tokens"
+                        : f.server.speculative_tokens > 0       ? "--speculative-tokens"
+                        : f.server.clip_to_max                  ? "--clip-to-max"
                         : f.vllm_syntax != "compilation-config" ? "--vllm-syntax"
                                                                 : nullptr;
     if (given != nullptr) {
@@ -333,8 +333,7 @@ Command AddPlanCommand(CLI::App& app) {
   cmd->add_option("--vllm-syntax", f->vllm_syntax,
                   "with --emit vllm: compilation-config (default), cuda-graph-sizes or "
                   "cudagraph-capture-sizes");
-  cmd->add_option("--max-num-seqs,--max-running-requests,--max-batch-size",
-                  f->server.max_num_seqs,
+  cmd->add_option("--max-num-seqs,--max-running-requests,--max-batch-size", f->server.max_num_seqs,
                   "with --emit: the server's most sequences per batch (vLLM --max-num-seqs, "
                   "SGLang --max-running-requests, TensorRT-LLM --max_batch_size)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));

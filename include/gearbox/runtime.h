@@ -154,13 +154,20 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
                                             double now);
   // Folds every recorded event into the window statistics (the worker calls it when woken).
   void FoldPendingEvents();
+  // The replan policy's cost model (ReplanOptions::cost), replaced for the
+  // next updates, e.g. with compile seconds measured by the caller. Validated
+  // as ValidateReplanOptions does (errors name "replan.cost.<field>"):
+  // nothing changes on error. Any thread; takes the update lock.
+  absl::Status SetReplanCostModel(const GearCostModel& cost);
+  GearCostModel ReplanCostModel() const;
 
   // ---- release listeners ----
   // Layers that keep their own references to pooled graphs (the executor)
   // learn here which cleanup keys were just handed to the pool: after each
   // RunOnce and CommitUpdate (with no keys when none were), on the updating
-  // thread, after the pool dropped its references, outside the runtime's
-  // other locks. Returns an id for RemoveReleaseListener.
+  // thread, after the pool dropped its references and last_update() holds
+  // the update's record, outside the runtime's other locks. Returns an id for
+  // RemoveReleaseListener.
   using ReleaseListener = std::function<void(std::span<const GraphKey>)>;
   uint64_t AddReleaseListener(ReleaseListener listener);
   // Once it returns, the listener is not running and will not be called.

@@ -6,7 +6,8 @@ The C++ core is the extension ``gearbox._gearbox`` (see docs/PYTHON.md):
   gears, record what ran, update the gears (``run_once`` or the worker thread).
 * :class:`Snapshot`, :class:`Plan`, :class:`Variant` -- gear sets and plans as values.
 * :class:`Pool` -- compiled graphs (any Python object) released when their gear is evicted.
-* :func:`replay`, :func:`plan_gears`, :func:`convert_trace` -- the command-line tools as functions.
+* :func:`replay`, :func:`plan_gears`, :func:`convert_trace`, :func:`emit_server_config` -- the
+  command-line tools as functions.
 
 ``gearbox.torch`` (imported on its own) wraps any ``torch.nn.Module``.
 """
@@ -18,6 +19,7 @@ from ._gearbox import (
     Snapshot,
     Variant,
     convert_trace,
+    emit_server_config,
     plan_gears,
     replay,
 )
@@ -31,6 +33,7 @@ __all__ = [
     "Snapshot",
     "Variant",
     "convert_trace",
+    "emit_server_config",
     "plan_gears",
     "replay",
 ]

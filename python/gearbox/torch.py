@@ -566,7 +566,8 @@ class GearedModule(torch.nn.Module):
       prewarm: compile the gears of each new gear set in a background thread before they are
         first needed (largest first); False compiles on first use.
       calibrate: with the replan policy and no ``replan.compile_seconds`` in the config, compile
-        the smallest initial gear first and give the measured seconds to the cost model.
+        the smallest initial gear first and give the measured seconds to the cost model; after
+        every compile the mean measured seconds replace it (``Runtime.set_replan_cost``).
       check: "off", "debug" (raise PaddingInvarianceError) or "warn" on a mismatch with eager.
       check_every: compare every Nth call (check mode). check_rtol/check_atol: tolerances.
       clock / start_time: "system" or "manual" (tests and replays drive it).
@@ -625,8 +626,11 @@ class GearedModule(torch.nn.Module):
         self._released_modules = 0
 
         calibrated = None
-        if (calibrate and policy == "replan" and self._sig.example_shapes_known()
-                and "compile_seconds" not in self._config.get("replan", {})):
+        # Measured compile seconds feed the replan cost model (the mean so far,
+        # after every compile) unless the user's config gives the figure.
+        self._measure_cost = (calibrate and policy == "replan"
+                              and "compile_seconds" not in self._config.get("replan", {}))
+        if self._measure_cost and self._sig.example_shapes_known():
             smallest = tuple(min(g) for g in initial)
             first = self._compile(smallest)
             calibrated = (smallest, first)
@@ -849,13 +853,12 @@ class GearedModule(torch.nn.Module):
         return attached
 
     def _feed_cost_model(self) -> None:
-        setter = getattr(self.runtime, "set_replan_cost", None)
-        if setter is None or self._policy != "replan":
+        if not self._measure_cost:
             return
         with self._lock:
             secs = [c["seconds"] for c in self._compile_log]
         if secs:
-            setter(compile_seconds=max(sum(secs) / len(secs), 1e-3))
+            self.runtime.set_replan_cost(compile_seconds=max(sum(secs) / len(secs), 1e-3))
 
     def _get(self, gear: Gear) -> CompiledGear:
         """The gear's compiled module; compiles it once on a miss however many
@@ -928,8 +931,8 @@ class GearedModule(torch.nn.Module):
         return sorted(combos, key=lambda c: (-math.prod(c), c))
 
     def _prewarm_once(self) -> None:
-        # Woken by the release listener, which runs before the runtime stores
-        # the update's record: read it here, after the listener returned.
+        # Woken by the release listener (kept short: it runs on the updating
+        # thread); the update's record is read here, on the prewarm thread.
         self._note_decision(self.runtime.last_update())
         if not self._sig.example_shapes_known():
             return

@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -476,6 +477,54 @@ class PyRuntime {
     clock.Advance(dt);
   }
 
+  // GearCostModel's fields by their C++ (and JSON) names.
+  static std::vector<std::pair<const char*, double GearCostModel::*>> CostFields() {
+    return {{"compile_seconds", &GearCostModel::compile_seconds},
+            {"seconds_per_unit", &GearCostModel::seconds_per_unit},
+            {"runtime_exponent", &GearCostModel::runtime_exponent},
+            {"memory_fixed_bytes", &GearCostModel::memory_fixed_bytes},
+            {"memory_bytes_per_unit", &GearCostModel::memory_bytes_per_unit},
+            {"memory_exponent", &GearCostModel::memory_exponent},
+            {"alpha", &GearCostModel::alpha},
+            {"beta", &GearCostModel::beta},
+            {"gamma", &GearCostModel::gamma},
+            {"seconds_per_run", &GearCostModel::seconds_per_run}};
+  }
+
+  py::dict ReplanCost() const {
+    auto s = Get("replan_cost");
+    const GearCostModel cost = s->runtime->ReplanCostModel();
+    py::dict d;
+    for (const auto& [name, field] : CostFields()) d[name] = cost.*field;
+    return d;
+  }
+
+  // Replaces the named fields of the replan cost model; the others keep
+  // their values. Unknown names and invalid values: ValueError, nothing changes.
+  void SetReplanCost(const py::kwargs& fields) const {
+    auto s = Get("set_replan_cost");
+    GearCostModel cost = s->runtime->ReplanCostModel();
+    const auto known = CostFields();
+    for (const auto& [key, value] : fields) {
+      const std::string name = py::str(key);
+      auto it =
+          std::find_if(known.begin(), known.end(), [&](const auto& f) { return name == f.first; });
+      if (it == known.end()) {
+        std::string allowed;
+        for (const auto& f : known) allowed += (allowed.empty() ? "" : ", ") + std::string(f.first);
+        throw py::value_error("set_replan_cost: \"" + name + "\" is not allowed; one of " +
+                              allowed);
+      }
+      if (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)) {
+        throw py::type_error("set_replan_cost: " + name + " must be a number, not " +
+                             std::string(py::str(value.get_type().attr("__name__"))));
+      }
+      cost.*(it->second) = value.cast<double>();
+    }
+    GilRelease release;
+    ThrowIfError(s->runtime->SetReplanCostModel(cost));
+  }
+
   py::dict Counters() const {
     auto s = Get("counters");
     const RuntimeCounters c = s->runtime->counters();
@@ -797,7 +846,16 @@ void BindRuntimeClass(py::module_& m) {
            "Moves the manual clock forward by dt seconds (clock=\"manual\" only).")
       .def("counters", &PyRuntime::Counters,
            "The RuntimeCounters as a dict (events_recorded, events_dropped, updates, ...).")
-      .def("last_update", &PyRuntime::LastUpdate, "The latest update record (dict), or None.")
+      .def("last_update", &PyRuntime::LastUpdate,
+           "The latest update record (dict), or None. Inside a release listener: the update "
+           "that called it.")
+      .def("replan_cost", &PyRuntime::ReplanCost,
+           "The replan policy's cost model (compile_seconds, seconds_per_unit, ...) as a dict.")
+      .def("set_replan_cost", &PyRuntime::SetReplanCost,
+           "set_replan_cost(**fields): replaces the named fields of the replan policy's cost "
+           "model for the next updates (e.g. compile_seconds measured by the caller). "
+           "ValueError naming the field on an unknown name or an invalid value; nothing "
+           "changes then.")
       .def("stats", &PyRuntime::Stats, py::arg("now") = py::none(),
            "Window statistics at now: {\"now\", \"dimensions\": [{\"name\", "
            "\"total_weighted_hits\", \"observed_seconds\", \"gears\": [{\"gear\", "

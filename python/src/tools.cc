@@ -19,6 +19,7 @@
 #include "gearbox/planners.h"
 #include "gearbox/replay.h"
 #include "gearbox/replay_summary.h"
+#include "gearbox/server_config.h"
 #include "gearbox/trace.h"
 #include "gearbox/trace_convert.h"
 #include "nlohmann/json.hpp"
@@ -222,6 +223,28 @@ void CheckCount(const char* what, int64_t n) {
 }
 
 // `gearbox plan --json` for one method, on these sizes.
+// gearbox plan --emit: a gear list as an inference server's CUDA-graph sizes.
+py::dict EmitServerConfigFunction(const py::handle& gears_object, const std::string& server,
+                                  int64_t max_num_seqs, int64_t max_num_batched_tokens,
+                                  int64_t speculative_tokens, bool clip_to_max,
+                                  const std::string& vllm_syntax) {
+  const std::vector<int64_t> gears = SizesFromPython(gears_object, "gears");
+  ServerConfigOptions options;
+  options.server = ValueOrThrow(ParseServerKind(server, "server"));
+  options.vllm_syntax = ValueOrThrow(ParseVllmSyntax(vllm_syntax, "vllm_syntax"));
+  options.max_num_seqs = max_num_seqs;
+  options.max_num_batched_tokens = max_num_batched_tokens;
+  options.speculative_tokens = speculative_tokens;
+  options.clip_to_max = clip_to_max;
+  std::vector<int64_t> sizes = ValueOrThrow(ServerSizes(gears, options));
+  std::string text = ValueOrThrow(EmitServerConfig(gears, options));
+  py::dict out;
+  out["server"] = std::string(ServerKindName(options.server));
+  out["sizes"] = sizes;
+  out["text"] = text;
+  return out;
+}
+
 py::object PlanGearsFunction(const py::handle& sizes_object, std::optional<int64_t> k,
                              std::optional<int64_t> budget, const std::string& method_name,
                              bool splittable, uint64_t seed,
@@ -408,6 +431,17 @@ void BindTools(py::module_& m) {
         "dict of cost-model fields (compile_seconds, seconds_per_unit, seconds_per_run, "
         "runtime_exponent, memory_fixed_bytes, memory_bytes_per_unit, memory_exponent, alpha, "
         "beta, gamma). Returns {method, gears, padding_waste, cost, search, padded, raw}.");
+  m.def("emit_server_config", &EmitServerConfigFunction, py::arg("gears"), py::kw_only(),
+        py::arg("server") = "vllm", py::arg("max_num_seqs") = 0,
+        py::arg("max_num_batched_tokens") = 0, py::arg("speculative_tokens") = 0,
+        py::arg("clip_to_max") = false, py::arg("vllm_syntax") = "compilation-config",
+        "A gear list (e.g. plan_gears(...)[\"gears\"] of a decode BATCHSIZE) as an inference "
+        "server's CUDA-graph sizes, as `gearbox plan --emit`: server vllm | sglang | trtllm; "
+        "max_num_seqs (vLLM --max-num-seqs, SGLang --max-running-requests, TensorRT-LLM "
+        "max_batch_size; 0: unchecked), max_num_batched_tokens and speculative_tokens (vLLM "
+        "only), clip_to_max (drop sizes above the cap and add the cap, instead of ValueError), "
+        "vllm_syntax compilation-config | cudagraph-capture-sizes | cuda-graph-sizes. Returns "
+        "{server, sizes, text}: text is what the CLI prints on stdout.");
   m.def("convert_trace", &ConvertTraceFunction, py::arg("input"), py::kw_only(), py::arg("format"),
         py::arg("view") = "prefill", py::arg("rate") = 1.0, py::arg("seed") = 1,
         py::arg("step_ms") = 20.0, py::arg("max_running") = 256, py::arg("output") = py::none(),

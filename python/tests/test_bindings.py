@@ -555,3 +555,36 @@ def test_close_and_stop_from_a_listener_on_the_worker():
     assert len(errors) == 1 and "another thread" in errors[0]
     with pytest.raises(RuntimeError, match="runtime is closed"):
         rt.plan([1])
+
+
+# ---------------------------------------------------------------- replan cost model
+
+
+def test_replan_cost_model_is_replaced_by_measured_values():
+    with gearbox.Runtime(batch_config([1, 2, 4, 8]), clock="manual") as rt:
+        before = rt.replan_cost()
+        assert before["compile_seconds"] > 0
+        rt.set_replan_cost(compile_seconds=0.25, seconds_per_unit=3e-5)
+        after = rt.replan_cost()
+        assert after["compile_seconds"] == 0.25 and after["seconds_per_unit"] == 3e-5
+        assert after["alpha"] == before["alpha"]  # the other fields keep their values
+
+
+def test_replan_cost_model_errors_name_the_field_and_change_nothing():
+    with gearbox.Runtime(batch_config([1, 2, 4, 8]), clock="manual") as rt:
+        before = rt.replan_cost()
+        with pytest.raises(ValueError, match="compile_seconds"):
+            rt.set_replan_cost(compile_seconds=-1.0)
+        with pytest.raises(ValueError, match="compile_secs.*not allowed.*compile_seconds"):
+            rt.set_replan_cost(compile_secs=1.0)
+        with pytest.raises(TypeError, match="compile_seconds must be a number"):
+            rt.set_replan_cost(compile_seconds="fast")
+        assert rt.replan_cost() == before
+
+
+def test_release_listener_sees_its_update_in_last_update():
+    seen = []
+    with gearbox.Runtime(batch_config([1, 2, 4, 8]), clock="manual") as rt:
+        rt.add_release_listener(lambda keys: seen.append(rt.last_update()["sequence"]))
+        record = rt.commit_update([[2, 4, 8]], now=1.0)
+        assert seen == [record["sequence"]]

@@ -16,7 +16,7 @@ from gearbox import _gearbox
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CLASSES = ["Runtime", "Snapshot", "Plan", "Variant", "Pool"]
-FUNCTIONS = ["replay", "plan_gears", "convert_trace"]
+FUNCTIONS = ["replay", "plan_gears", "convert_trace", "emit_server_config"]
 
 
 def python_blocks(markdown):

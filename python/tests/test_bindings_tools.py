@@ -204,3 +204,39 @@ def test_replay_of_a_numpy_trace_with_mem_usage_equals_the_file(tmp_path, cli):
     assert got["updates"] >= 1  # memory pressure triggers updates before the interval
     with pytest.raises(ValueError, match="mem_usage"):
         gearbox.replay(config, np.array([[0.0, 4, 1.5]]))
+
+
+# ---------------------------------------------------------------- emit_server_config
+
+
+@pytest.mark.parametrize("server,extra", [
+    ("vllm", []), ("sglang", ["--max-running-requests", "40", "--clip-to-max"]), ("trtllm", []),
+    ("vllm", ["--speculative-tokens", "3"]),
+])
+def test_emit_server_config_equals_the_cli(tmp_path, cli, server, extra):
+    sizes = [3, 5, 5, 9, 17, 17, 17, 33, 40, 47, 12, 12, 6]
+    trace = tmp_path / "trace.csv"
+    trace.write_text("t,BATCHSIZE\n" + "".join(f"{i},{s}\n" for i, s in enumerate(sizes)))
+    printed = subprocess.run([str(cli), "plan", "--trace", str(trace), "--dim", "BATCHSIZE",
+                          "--gears", "4", "--emit", server, *extra],
+                         capture_output=True, text=True, check=True)
+    gears = gearbox.plan_gears(sizes, 4)["gears"]
+    kwargs = {}
+    if "--max-running-requests" in extra:
+        kwargs = {"max_num_seqs": 40, "clip_to_max": True}
+    if "--speculative-tokens" in extra:
+        kwargs = {"speculative_tokens": 3}
+    out = gearbox.emit_server_config(gears, server=server, **kwargs)
+    assert out["text"] == printed.stdout
+    assert out["server"] == server
+
+
+def test_emit_server_config_errors_name_the_option():
+    with pytest.raises(ValueError, match="server.*tgi.*vllm, sglang or trtllm"):
+        gearbox.emit_server_config([1, 2], server="tgi")
+    with pytest.raises(ValueError, match="40"):
+        gearbox.emit_server_config([8, 47], max_num_seqs=40)
+    out = gearbox.emit_server_config([8, 47], max_num_seqs=40, clip_to_max=True)
+    assert out["sizes"] == [8, 40]
+    with pytest.raises(TypeError):
+        gearbox.emit_server_config(None)

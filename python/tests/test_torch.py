@@ -659,10 +659,18 @@ def test_the_runtime_worker_adds_a_gear_that_prewarm_compiles_before_its_first_u
 def test_calibration_puts_the_measured_compile_seconds_into_the_replan_cost_model():
     with conv_module(compiler="eager", policy="replan") as gm:
         assert gm.config["replan"]["compile_seconds"] == max(gm.calibrated_compile_seconds, 1e-3)
+        # Every compile since feeds the mean measured seconds to the running policy.
+        gm(torch.randn(3, 3, 8, 8))
+        log = gm.summary()["per_gear"]
+        measured = [g["compile_seconds"] for g in log.values() if g["compile_seconds"] is not None]
+        assert gm.runtime.replan_cost()["compile_seconds"] == pytest.approx(
+            max(sum(measured) / len(measured), 1e-3))
     with conv_module(compiler="eager", policy="replan",
                      config={"replan": {"compile_seconds": 3.0}}) as gm:
         assert gm.calibrated_compile_seconds is None  # the user's figure stands
         assert gm.config["replan"]["compile_seconds"] == 3.0
+        gm(torch.randn(3, 3, 8, 8))
+        assert gm.runtime.replan_cost()["compile_seconds"] == 3.0
     with conv_module(compiler="eager", policy="adaptive") as gm:
         assert gm.calibrated_compile_seconds is None and "replan" not in gm.config
 

@@ -60,9 +60,9 @@ absl::Status CheckOptions(const ServerConfigOptions& o) {
   if (o.server != ServerKind::kVllm) {
     const std::string name(DisplayName(o.server));
     if (o.max_num_batched_tokens > 0) {
-      return InvalidField("--max-num-batched-tokens", Cat(o.max_num_batched_tokens),
-                          Cat("only with --emit vllm (", name, " caps sequences: ",
-                              MaxSeqsOption(o.server), ")"));
+      return InvalidField(
+          "--max-num-batched-tokens", Cat(o.max_num_batched_tokens),
+          Cat("only with --emit vllm (", name, " caps sequences: ", MaxSeqsOption(o.server), ")"));
     }
     if (o.speculative_tokens > 0) {
       return InvalidField("--speculative-tokens", Cat(o.speculative_tokens),
@@ -92,8 +92,8 @@ int64_t TokensPerSequence(const ServerConfigOptions& o) {
 }
 
 struct Cap {
-  int64_t size = 0;     // in the server's unit; 0: none
-  std::string reason;   // the option and value that set it
+  int64_t size = 0;    // in the server's unit; 0: none
+  std::string reason;  // the option and value that set it
 };
 
 // The largest size the server can use: vLLM drops capture sizes above
@@ -116,9 +116,9 @@ absl::StatusOr<Cap> ServerCap(const ServerConfigOptions& o) {
     // A decode step is a whole number of sequences of `unit` tokens each.
     const int64_t tokens = o.max_num_batched_tokens / unit * unit;
     if (tokens < 1) {
-      return InvalidField("--max-num-batched-tokens", Cat(o.max_num_batched_tokens),
-                          Cat("at least 1 + --speculative-tokens = ", unit,
-                              " (one decoding sequence)"));
+      return InvalidField(
+          "--max-num-batched-tokens", Cat(o.max_num_batched_tokens),
+          Cat("at least 1 + --speculative-tokens = ", unit, " (one decoding sequence)"));
     }
     if (cap.size == 0 || tokens < cap.size) {
       cap.size = tokens;
@@ -134,13 +134,13 @@ absl::StatusOr<std::vector<int64_t>> ApplyCap(std::vector<int64_t> sizes, const 
   if (cap.size == 0 || sizes.back() <= cap.size) return sizes;
   if (!o.clip_to_max) {
     const int64_t unit = TokensPerSequence(o);
-    const auto above = std::find_if(sizes.begin(), sizes.end(),
-                                    [&](int64_t s) { return s > cap.size; });
+    const auto above =
+        std::find_if(sizes.begin(), sizes.end(), [&](int64_t s) { return s > cap.size; });
     const std::string what =
         unit > 1 ? Cat("gear ", *above / unit, " (", *above, " tokens)") : Cat("gear ", *above);
     return absl::InvalidArgumentError(
-        Cat(what, " is above the ", DisplayName(o.server), " cap of ", cap.size, " (",
-            cap.reason, "); allowed: sizes up to ", cap.size,
+        Cat(what, " is above the ", DisplayName(o.server), " cap of ", cap.size, " (", cap.reason,
+            "); allowed: sizes up to ", cap.size,
             ", or --clip-to-max to drop the larger sizes and add ", cap.size));
   }
   std::erase_if(sizes, [&](int64_t s) { return s > cap.size; });

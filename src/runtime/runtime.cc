@@ -61,6 +61,7 @@ class AdaptiveGearRuntime::Impl {
       : snapshots(initial),
         events(initial.num_dimensions(), options.event_buffer_events),
         last_update_time(now),
+        replan_cost(options.replan.cost),
         window(initial, options.adaptive, now) {}
 
   internal::SnapshotStore snapshots;
@@ -69,6 +70,9 @@ class AdaptiveGearRuntime::Impl {
   Mutex commit_mu;
   uint64_t sequence ABSL_GUARDED_BY(commit_mu) = 0;
   double last_update_time ABSL_GUARDED_BY(commit_mu);
+  // The replan policy's cost model: options.replan.cost until
+  // SetReplanCostModel replaces it (measured compile times, say).
+  GearCostModel replan_cost ABSL_GUARDED_BY(commit_mu);
 
   mutable Mutex stats_mu;
   internal::WindowStore window ABSL_GUARDED_BY(stats_mu);
@@ -402,9 +406,12 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
       case UpdatePolicy::kAdaptive:
         decision = DecideUpdate(*current, stats, memory, options_.adaptive, now);
         break;
-      case UpdatePolicy::kReplan:
-        decision = DecideReplan(*current, stats, memory, options_.adaptive, options_.replan, now);
+      case UpdatePolicy::kReplan: {
+        ReplanOptions replan = options_.replan;
+        replan.cost = impl_->replan_cost;
+        decision = DecideReplan(*current, stats, memory, options_.adaptive, replan, now);
         break;
+      }
     }
     record = std::move(decision.record);
     record.sequence = impl_->sequence + 1;
@@ -444,14 +451,15 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     pool_->RemoveByKeys(released);
     impl_->keys_released.fetch_add(released.size(), std::memory_order_relaxed);
   }
-  impl_->NotifyReleased(released);
-  impl_->snapshots.Reclaim();
+  // The record and counters first: a listener sees this update in last_update().
   impl_->updates.fetch_add(1, std::memory_order_relaxed);
   if (record.changed) impl_->updates_changed.fetch_add(1, std::memory_order_relaxed);
   {
     MutexLock lock(&impl_->record_mu);
     impl_->last_record = record;
   }
+  impl_->NotifyReleased(released);
+  impl_->snapshots.Reclaim();
   if (options_.on_update) options_.on_update(record);
   return record;
 }
@@ -515,13 +523,13 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::CommitUpdate(
     pool_->RemoveByKeys(released);
     impl_->keys_released.fetch_add(released.size(), std::memory_order_relaxed);
   }
-  impl_->NotifyReleased(released);
-  impl_->snapshots.Reclaim();
   if (record.changed) impl_->updates_changed.fetch_add(1, std::memory_order_relaxed);
   {
     MutexLock lock(&impl_->record_mu);
     impl_->last_record = record;
   }
+  impl_->NotifyReleased(released);
+  impl_->snapshots.Reclaim();
   return record;
 }
 
@@ -546,6 +554,20 @@ RuntimeCounters AdaptiveGearRuntime::counters() const {
   c.keys_released = impl_->keys_released.load(std::memory_order_relaxed);
   c.orphan_keys_released = impl_->orphan_keys_released.load(std::memory_order_relaxed);
   return c;
+}
+
+absl::Status AdaptiveGearRuntime::SetReplanCostModel(const GearCostModel& cost) {
+  ReplanOptions checked = options_.replan;
+  checked.cost = cost;
+  if (auto s = ValidateReplanOptions(checked); !s.ok()) return s;
+  MutexLock commit(&impl_->commit_mu);
+  impl_->replan_cost = cost;
+  return absl::OkStatus();
+}
+
+GearCostModel AdaptiveGearRuntime::ReplanCostModel() const {
+  MutexLock commit(&impl_->commit_mu);
+  return impl_->replan_cost;
 }
 
 std::optional<UpdateRecord> AdaptiveGearRuntime::last_update() const {
