@@ -11,7 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-BUILD_DIR=build-main scripts/build.sh -DGEARBOX_BUILD_TESTS=OFF -DGEARBOX_BUILD_BENCHMARKS=OFF
+BUILD_DIR=build-main scripts/build.sh -DGEARBOX_BUILD_TESTS=OFF -DGEARBOX_BUILD_BENCHMARKS=OFF \
+  -DGEARBOX_BUILD_PYTHON=OFF
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p out
 build-main/tools/gearbox trace convert --format azure --view prefill \
