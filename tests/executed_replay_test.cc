@@ -132,8 +132,10 @@ TEST(ExecutedReplay, MemoryPressureRunsUpdatesEarlyAndHoldsAdditionsToEvictions)
   EXPECT_FALSE(records[0].added[0].empty());
   EXPECT_EQ(relaxed->final_gears[0].size(), 2u);
 
-  // A budget the first executable already exceeds: every check sees memory
-  // high and updates at once, and no gear is added without one evicted.
+  // A budget the first executable already exceeds: nothing is cached (each
+  // request runs on an executable compiled for it), every check sees the
+  // refused executables as memory pressure and updates at once, and no gear
+  // is added without one evicted.
   records.clear();
   o.memory_budget_bytes = 1;
   auto pressed = ExecutedReplay(SeqConfig({64}), trace, TinyBlock, o);
@@ -148,8 +150,37 @@ TEST(ExecutedReplay, MemoryPressureRunsUpdatesEarlyAndHoldsAdditionsToEvictions)
     EXPECT_TRUE(r.added[0].empty());
   }
   EXPECT_THAT(pressed->final_gears, ElementsAre(ElementsAre(64)));
-  EXPECT_EQ(pressed->compiles, 1u);
+  EXPECT_EQ(pressed->compiles, trace.rows());
+  EXPECT_EQ(pressed->over_budget_runs, trace.rows());
+  EXPECT_EQ(pressed->peak_gear_bytes, 0);
+  EXPECT_EQ(pressed->failed_requests, 0u);
   EXPECT_GT(pressed->padding_waste, relaxed->padding_waste);
+}
+
+TEST(ExecutedReplay, TheGearMemoryBudgetHoldsForGearsCompiledOnFirstUse) {
+  // Unbounded, the update at 300 adds a gear for the size-3 requests and
+  // both executables are cached; a budget below their sum keeps the pool
+  // within it: the gear that does not fit runs uncached, nothing fails.
+  std::vector<std::pair<double, int64_t>> rows;
+  for (int t = 0; t <= 400; ++t) rows.push_back({static_cast<double>(t), 3});
+  const Trace trace = SeqTrace(rows);
+  ExecutedReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
+  auto unbounded = ExecutedReplay(SeqConfig({64}), trace, TinyBlock, o);
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+  ASSERT_EQ(unbounded->final_gears[0].size(), 2u);
+  ASSERT_EQ(unbounded->over_budget_runs, 0u);
+  o.memory_budget_bytes = unbounded->peak_gear_bytes - 1;
+  // A threshold the first gear alone stays under: the policy sees no
+  // pressure and adds the gear, whose compile then finds the budget full.
+  RuntimeConfig config = SeqConfig({64});
+  config.adaptive.device_memory_usage_threshold_ratio = 0.999;
+  auto bounded = ExecutedReplay(config, trace, TinyBlock, o);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  EXPECT_LE(bounded->peak_gear_bytes, o.memory_budget_bytes);
+  EXPECT_GT(bounded->over_budget_runs, 0u);
+  EXPECT_EQ(bounded->failed_requests, 0u);
+  EXPECT_EQ(bounded->requests, trace.rows());
 }
 
 TEST(ExecutedReplay, RunsRequestedUpdatesAfterTheLastRowAndChecksUpToIt) {

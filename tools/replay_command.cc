@@ -321,6 +321,10 @@ void PrintExecutedTable(const ReplayFlags& f, const std::vector<ExecutedReplayRe
   erow("peak gear memory (MiB)", [](const ExecutedReplayResult& r) {
     return fmt::format("{:.1f}", static_cast<double>(r.peak_gear_bytes) / (1 << 20));
   });
+  if (f.memory_budget_mb > 0) {
+    erow("runs over budget (not cached)",
+         [](const ExecutedReplayResult& r) { return fmt::format("{}", r.over_budget_runs); });
+  }
   erow("padding waste", [](const ExecutedReplayResult& r) { return Percent(r.padding_waste); });
   erow("failed requests",
        [](const ExecutedReplayResult& r) { return fmt::format("{}", r.failed_requests); });

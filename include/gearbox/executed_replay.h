@@ -23,7 +23,10 @@ namespace gearbox {
 struct ExecutedReplayOptions : ReplayRunOptions {
   // Replay at most this many rows (0: all).
   size_t max_requests = 0;
-  // Memory probe: gear bytes against this budget (0: no memory handling).
+  // Gear memory budget (0: none): the memory probe reads the pool's bytes
+  // against it (pressure for the policy), and the executor caches no
+  // executable that would take the pool past it (ExecutorOptions::
+  // graph_memory_budget_bytes), so peak_gear_bytes <= the budget.
   int64_t memory_budget_bytes = 0;
   uint64_t seed = 1;  // input data
 };
@@ -44,6 +47,9 @@ struct ExecutedReplayResult {
   // Executables the pool released because an update evicted their gear.
   uint64_t released_executables = 0;
   int64_t peak_gear_bytes = 0;
+  // Variants that ran on an executable compiled for them alone because
+  // caching it would have passed memory_budget_bytes.
+  uint64_t over_budget_runs = 0;
   double padding_waste = 0.0;
   uint64_t updates = 0;
   uint64_t updates_changed = 0;

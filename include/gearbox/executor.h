@@ -35,6 +35,13 @@ namespace gearbox {
 struct ExecutorOptions {
   // Value written into padding of every input (converted to its dtype).
   double pad_value = 0.0;
+  // Bytes the runtime's pool may hold (0: no limit). A compile that would
+  // take the pool past it is not cached: its variant runs on the fresh
+  // executable, which is then dropped (ExecutorStats::over_budget_runs).
+  // Checked and registered under one lock, so this executor's concurrent
+  // compiles cannot together pass it (what others register in the same
+  // pool counts against it but is not held back).
+  int64_t graph_memory_budget_bytes = 0;
 };
 
 struct ExecutorStats {
@@ -46,6 +53,9 @@ struct ExecutorStats {
   uint64_t compile_failures = 0;
   double compile_seconds = 0.0;
   uint64_t eager_variants = 0;  // compiled for one run at the exact size, not cached
+  // Compiled for one run, not cached: caching would have passed
+  // graph_memory_budget_bytes.
+  uint64_t over_budget_runs = 0;
 };
 
 class GEARBOX_EXPORT GearedExecutor {
@@ -65,6 +75,9 @@ class GEARBOX_EXPORT GearedExecutor {
   absl::Status Run(std::span<const DLTensor> inputs, std::span<const DLTensor> outputs);
 
   ExecutorStats stats() const;
+  // Bytes of the last executable refused for graph_memory_budget_bytes, or
+  // 0 when none was, or one was cached within the budget since.
+  int64_t OverBudgetBytes() const { return over_budget_bytes_.load(); }
   // Gear combinations with a cached executable (an evicted gear's are
   // dropped by the update that evicts it).
   size_t cached_executables() const;
@@ -81,6 +94,9 @@ class GEARBOX_EXPORT GearedExecutor {
   // once (they wait), publishes the result in the table unless its gear was
   // evicted meanwhile; failures are never cached.
   absl::StatusOr<std::shared_ptr<Executable>> CompileOnce(std::span<const int64_t> gears);
+  // Registers `exe` in the runtime's pool and returns its keys, or nothing
+  // when that would take the pool past graph_memory_budget_bytes (counted).
+  std::vector<GraphKey> RegisterWithinBudget(const std::shared_ptr<Executable>& exe);
   // The runtime's release listener: drops evicted executables from the table.
   void OnReleased(std::span<const GraphKey> keys);
   // Frees superseded tables no request still uses, unless a writer holds the lock.
@@ -100,21 +116,28 @@ class GEARBOX_EXPORT GearedExecutor {
   static constexpr int kCounterStripes = 16;
   RequestCounters& Counters();
   RequestCounters counters_[kCounterStripes];
-  std::atomic<uint64_t> compiles_{0}, compile_failures_{0}, eager_{0};
+  std::atomic<uint64_t> compiles_{0}, compile_failures_{0}, eager_{0}, over_budget_{0};
+  std::atomic<int64_t> over_budget_bytes_{0};  // see OverBudgetBytes
   std::atomic<uint64_t> compile_nanos_{0};
 };
 
 // Memory probe for host backends: the bytes the pool's executables hold
 // against a byte budget (usage = pool bytes / budget).
+// With Watch(executor), the executable that executor last refused to cache
+// for the budget counts too, until one fits again (the demand the budget
+// turned away is pressure, though the pool never held it).
 class GEARBOX_EXPORT PoolBudgetMemoryProbe final : public MemoryProbe {
  public:
   PoolBudgetMemoryProbe(const GraphResourcePool* pool, int64_t budget_bytes)
       : pool_(pool), budget_(budget_bytes) {}
   absl::StatusOr<double> UsageFraction() override;
+  // `executor` must outlive the probe's use (or be unwatched with null).
+  void Watch(const GearedExecutor* executor) { executor_.store(executor); }
 
  private:
   const GraphResourcePool* pool_;
   int64_t budget_;
+  std::atomic<const GearedExecutor*> executor_{nullptr};
 };
 
 }  // namespace gearbox

@@ -163,6 +163,9 @@ class GearedExecutor::Cache {
   std::atomic<const Table*> table{new Table()};  // replaced only under mu
   std::atomic<size_t> retired_count{0};          // a hint for requests: something to reclaim
   Mutex mu;
+  // Serializes the budget check with the pool registration that follows it
+  // (graph_memory_budget_bytes). Taken alone, before the pool's lock.
+  Mutex budget_mu;
   CondVar compiled;
   std::set<Combo> compiling ABSL_GUARDED_BY(mu);
   std::vector<std::pair<uint64_t, std::unique_ptr<const Table>>> retired ABSL_GUARDED_BY(mu);
@@ -328,6 +331,24 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(
   return exe;
 }
 
+std::vector<GraphKey> GearedExecutor::RegisterWithinBudget(const std::shared_ptr<Executable>& exe) {
+  GraphResourcePool& pool = runtime_->pool();
+  const int64_t budget = options_.graph_memory_budget_bytes;
+  if (budget <= 0) {
+    pool.Register(exe);
+    return pool.ConsumeRecentKeys();
+  }
+  MutexLock lock(&cache_->budget_mu);
+  if (pool.bytes() + exe->bytes() > budget) {
+    over_budget_.fetch_add(1, std::memory_order_relaxed);
+    over_budget_bytes_.store(exe->bytes());
+    return {};
+  }
+  over_budget_bytes_.store(0);
+  pool.Register(exe);
+  return pool.ConsumeRecentKeys();
+}
+
 absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileOnce(
     std::span<const int64_t> gears) {
   Combo combo;
@@ -348,14 +369,17 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileOnce(
   GraphKey key = 0;
   GraphResourcePool& pool = runtime_->pool();
   if (exe.ok()) {
-    pool.Register(*exe);
-    const std::vector<GraphKey> keys = pool.ConsumeRecentKeys();
-    key = keys.empty() ? 0 : keys.back();
-    // The pool's handle: its last holder releases the executable.
-    std::shared_ptr<GraphResource> handle = pool.Acquire(key);
-    if (!runtime_->AttachCleanupKeys(gears, keys)) key = 0;  // gear evicted meanwhile: don't cache
-    if (handle == nullptr) key = 0;
-    exe = std::static_pointer_cast<Executable>(handle != nullptr ? handle : *exe);
+    // Empty when caching it would pass the budget: it serves this variant only.
+    const std::vector<GraphKey> keys = RegisterWithinBudget(*exe);
+    if (!keys.empty()) {
+      key = keys.back();
+      // The pool's handle: its last holder releases the executable.
+      std::shared_ptr<GraphResource> handle = pool.Acquire(key);
+      if (!runtime_->AttachCleanupKeys(gears, keys))
+        key = 0;  // gear evicted meanwhile: don't cache
+      if (handle == nullptr) key = 0;
+      exe = std::static_pointer_cast<Executable>(handle != nullptr ? handle : *exe);
+    }
   }
   Cache::Freeable freeable;
   {
@@ -490,6 +514,7 @@ ExecutorStats GearedExecutor::stats() const {
   s.compile_failures = compile_failures_.load(std::memory_order_relaxed);
   s.compile_seconds = static_cast<double>(compile_nanos_.load(std::memory_order_relaxed)) * 1e-9;
   s.eager_variants = eager_.load(std::memory_order_relaxed);
+  s.over_budget_runs = over_budget_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -500,8 +525,11 @@ size_t GearedExecutor::cached_executables() const {
 
 absl::StatusOr<double> PoolBudgetMemoryProbe::UsageFraction() {
   if (budget_ <= 0) return absl::FailedPreconditionError("memory budget must be > 0 bytes");
+  const GearedExecutor* executor = executor_.load();
+  const int64_t refused = executor != nullptr ? executor->OverBudgetBytes() : 0;
   // Over budget reads as full: pressure, not nonsense.
-  return std::min(1.0, static_cast<double>(pool_->bytes()) / static_cast<double>(budget_));
+  return std::min(1.0,
+                  static_cast<double>(pool_->bytes() + refused) / static_cast<double>(budget_));
 }
 
 }  // namespace gearbox

@@ -142,9 +142,13 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   auto runtime_or = AdaptiveGearRuntime::Create(config.dims, ro);
   if (!runtime_or.ok()) return runtime_or.status();
   AdaptiveGearRuntime& runtime = **runtime_or;
-  auto executor_or = GearedExecutor::Create(&runtime, backend.get());
+  // The budget holds the cached executables too: a gear compiled on first
+  // use that would pass it runs uncached (ExecutorStats::over_budget_runs).
+  auto executor_or = GearedExecutor::Create(
+      &runtime, backend.get(), {.graph_memory_budget_bytes = options.memory_budget_bytes});
   if (!executor_or.ok()) return executor_or.status();
   GearedExecutor& executor = **executor_or;
+  budget.Watch(&executor);  // refused executables read as pressure too
 
   const size_t rows =
       options.max_requests > 0 ? std::min(options.max_requests, trace.rows()) : trace.rows();
@@ -208,6 +212,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   result.compiles = es.compiles;
   result.compile_failures = es.compile_failures;
   result.compile_seconds = es.compile_seconds;
+  result.over_budget_runs = es.over_budget_runs;
   result.padding_waste = raw > 0 ? padded / raw - 1.0 : 0.0;
   SnapshotRef last = runtime.GetSnapshot();
   for (int d = 0; d < n; ++d)
@@ -231,6 +236,7 @@ std::string ExecutedReplayResultJson(const ExecutedReplayResult& r, int indent) 
   j["compile_seconds"] = r.compile_seconds;
   j["released_executables"] = r.released_executables;
   j["peak_gear_bytes"] = r.peak_gear_bytes;
+  j["over_budget_runs"] = r.over_budget_runs;
   j["padding_waste"] = r.padding_waste;
   j["updates"] = r.updates;
   j["updates_changed"] = r.updates_changed;
