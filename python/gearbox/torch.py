@@ -567,7 +567,9 @@ class GearedModule(torch.nn.Module):
         first needed (largest first); False compiles on first use.
       calibrate: with the replan policy and no ``replan.compile_seconds`` in the config, compile
         the smallest initial gear first and give the measured seconds to the cost model; after
-        every compile the mean measured seconds replace it (``Runtime.set_replan_cost``).
+        every compile the mean measured seconds (and bytes per gear, as ``memory_fixed_bytes``,
+        priced when the config's replan cost sets ``gamma`` > 0) replace it
+        (``Runtime.set_replan_cost``).
       check: "off", "debug" (raise PaddingInvarianceError) or "warn" on a mismatch with eager.
       check_every: compare every Nth call (check mode). check_rtol/check_atol: tolerances.
       clock / start_time: "system" or "manual" (tests and replays drive it).
@@ -857,8 +859,12 @@ class GearedModule(torch.nn.Module):
             return
         with self._lock:
             secs = [c["seconds"] for c in self._compile_log]
+            sizes = [c["bytes"] for c in self._compile_log if c["bytes"]]
         if secs:
-            self.runtime.set_replan_cost(compile_seconds=max(sum(secs) / len(secs), 1e-3))
+            fields = {"compile_seconds": max(sum(secs) / len(secs), 1e-3)}
+            if sizes:  # priced when the config's replan cost has gamma > 0
+                fields["memory_fixed_bytes"] = float(sum(sizes) / len(sizes))
+            self.runtime.set_replan_cost(**fields)
 
     def _get(self, gear: Gear) -> CompiledGear:
         """The gear's compiled module; compiles it once on a miss however many
