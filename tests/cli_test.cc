@@ -510,4 +510,21 @@ TEST_F(Cli, ValidateChecksEverythingAndRunsNothing) {
   EXPECT_THAT(r.output, HasSubstr("dims[0].gears: \"16,32\""));
 }
 
+TEST_F(Cli, ValidateListsEveryConfigProblem) {
+  Write("three.json", R"({"dims": [{"name": "SEQLEN", "gears": "16,32"}],
+                          "adaptive": {"window_secs": 300}, "replan": {"compile_seconds": "2"}})");
+  ToolRun r = Tool("validate --config " + P("three.json"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  const std::string prefix = "gearbox validate: " + P("three.json") + ": ";
+  EXPECT_THAT(r.output, HasSubstr(prefix + "dims[0].gears: \"16,32\" is not allowed"));
+  EXPECT_THAT(r.output, HasSubstr(prefix + "adaptive.window_secs: this key is not allowed"));
+  EXPECT_THAT(r.output, HasSubstr(prefix + "replan.compile_seconds: \"2\" is not allowed"));
+  size_t lines = 0;
+  for (size_t at = r.output.find("gearbox validate: "); at != std::string::npos;
+       at = r.output.find("gearbox validate: ", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3u) << r.output;
+}
+
 }  // namespace

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 namespace gearbox {
 namespace {
@@ -223,6 +225,89 @@ INSTANTIATE_TEST_SUITE_P(
                       R"({"dims": [{"name": "S", "policy": "VLLM", "min": 64, "max": 8}]})",
                       "dims[0].max: 8 is not allowed; max >= min (64)"}),
     [](const ::testing::TestParamInfo<BadConfigCase>& i) { return std::string(i.param.name); });
+
+// Issue 11: validate lists every problem of a config, not just the first.
+std::vector<std::string> Messages(const std::vector<absl::Status>& problems) {
+  std::vector<std::string> out;
+  for (const absl::Status& p : problems) out.emplace_back(p.message());
+  return out;
+}
+
+std::string ParseError(std::string_view json) {
+  auto c = ParseConfig(json);
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(ConfigProblems, ListsEveryIndependentProblemInOrder) {
+  const char* json = R"({"dims": [{"name": "A", "gears": [0]}, {"name": "B", "gears": [1, 2, 3]}],
+                         "adaptive": {"window_secs": 300, "max_gears_per_type": 2},
+                         "replan": {"compile_seconds": "2"},
+                         "memory_model": {"base_bytes": 1},
+                         "extra": 1})";
+  const auto problems = Messages(ConfigProblems(json));
+  ASSERT_EQ(problems.size(), 5u) << ::testing::PrintToString(problems);
+  EXPECT_THAT(problems[0], HasSubstr("extra: this key is not allowed; unknown key"));
+  EXPECT_THAT(problems[1], HasSubstr("dims[0].gears[0]: 0"));
+  EXPECT_THAT(problems[2], HasSubstr("adaptive.window_secs: this key is not allowed"));
+  EXPECT_THAT(problems[3], HasSubstr("replan.compile_seconds: \"2\" is not allowed; a number"));
+  EXPECT_THAT(problems[4], HasSubstr("memory_model.device_bytes: missing"));
+  EXPECT_EQ(problems[0], ParseError(json));  // the first is ParseConfig's error
+}
+
+TEST(ConfigProblems, EachProblemIsTheMessageParseConfigGivesForItAlone) {
+  const char* dims = R"({"dims": [{"name": "A", "gears": [1, "x"]}]})";
+  const char* adaptive =
+      R"({"dims": [{"name": "A", "gears": [1]}], "adaptive": {"window_secs": 300}})";
+  const char* replan =
+      R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"compile_seconds": -1}})";
+  const char* all = R"({"dims": [{"name": "A", "gears": [1, "x"]}],
+                        "adaptive": {"window_secs": 300}, "replan": {"compile_seconds": -1}})";
+  EXPECT_THAT(Messages(ConfigProblems(all)),
+              ElementsAre(ParseError(dims), ParseError(adaptive), ParseError(replan)));
+  for (const char* one : {dims, adaptive, replan}) {
+    EXPECT_THAT(Messages(ConfigProblems(one)), ElementsAre(ParseError(one))) << one;
+  }
+}
+
+TEST(ConfigProblems, DependentChecksRunOnlyWhenTheirPartsParsed) {
+  // dims[1] is fine but needs 3 gears > 2; dims[0] failed, so no gear set is built.
+  EXPECT_THAT(Messages(ConfigProblems(R"({"dims": [{"name": "A", "gears": [0]},
+                                                   {"name": "B", "gears": [1, 2, 3]}],
+                                          "adaptive": {"max_gears_per_type": 2}})")),
+              ElementsAre(HasSubstr("dims[0].gears[0]: 0"), HasSubstr("dims[1].gears: 3 gears")));
+  // A bad adaptive section: its max_gears_per_type is not compared.
+  EXPECT_THAT(Messages(ConfigProblems(R"({"dims": [{"name": "A", "gears": [1, 2, 3]}],
+                                          "adaptive": {"max_gears_per_type": 2, "x": 1}})")),
+              ElementsAre(HasSubstr("adaptive.x: this key is not allowed")));
+  // The gear set is checked once dims and combinations parsed; a bad scheme stops it.
+  EXPECT_THAT(Messages(ConfigProblems(R"({"dims": [{"name": "A", "gears": [1]}],
+                                          "scheme": "joint", "cover_ratio": "x"})")),
+              ElementsAre(HasSubstr("cover_ratio: \"x\"")));
+  EXPECT_THAT(Messages(ConfigProblems(R"({"dims": [{"name": "A", "gears": [1]}],
+                                          "scheme": "joint", "memory_model": 1})")),
+              ElementsAre(HasSubstr("exactly 2 dimensions"), HasSubstr("memory_model: 1")));
+}
+
+TEST(ConfigProblems, SyntaxErrorsAndDuplicateKeysAreOneProblem) {
+  EXPECT_THAT(Messages(ConfigProblems("{\"dims\": [")),
+              ElementsAre(HasSubstr("config line 1: not valid JSON")));
+  EXPECT_THAT(Messages(ConfigProblems(R"({"dims": 1, "adaptive": {}, "adaptive": {}})")),
+              ElementsAre(HasSubstr("config key \"adaptive\": given twice")));
+  EXPECT_THAT(Messages(ConfigProblems("[]")), ElementsAre(HasSubstr("config: [] is not allowed")));
+}
+
+TEST(ConfigProblems, NoneForAValidConfig) {
+  EXPECT_THAT(ConfigProblems(R"({"dims": [{"name": "A", "gears": [1, 2]}],
+                                 "adaptive": {"window_seconds": 60}, "replan": {}})"),
+              ::testing::IsEmpty());
+}
+
+TEST_P(ConfigErrors, ConfigProblemsStartsWithTheSameMessage) {
+  auto c = ParseConfig(GetParam().json);
+  const auto problems = ConfigProblems(GetParam().json);
+  ASSERT_FALSE(problems.empty()) << GetParam().json;
+  EXPECT_EQ(problems.front(), c.status());
+}
 
 TEST(Config, SameKeyInDifferentObjectsIsFine) {
   auto c = ParseConfig(R"({"dims": [{"name": "A", "gears": [4]}, {"name": "B", "gears": [8]}]})");

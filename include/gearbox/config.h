@@ -71,6 +71,18 @@ GEARBOX_EXPORT absl::StatusOr<std::vector<int64_t>> MakeNamedGears(std::string_v
 GEARBOX_EXPORT absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text);
 GEARBOX_EXPORT absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& path);
 
+// Every problem of a configuration in one pass (empty: ParseConfig accepts
+// it). Each independent part is checked on its own: the top-level keys, each
+// dims entry, scheme, combinations, cover_ratio, adaptive, replan and
+// memory_model; a check that needs other parts (the initial gear set from
+// dims and combinations, max_gears_per_type against each entry's gears) runs
+// only when those parsed. Problems come in the order ParseConfig checks, so
+// the first is ParseConfig's error, message for message. A JSON syntax error
+// or a key given twice is the one problem (nothing else can be read).
+GEARBOX_EXPORT std::vector<absl::Status> ConfigProblems(std::string_view json_text);
+// The same for a file; each problem starts with the path, as LoadConfigFile's.
+GEARBOX_EXPORT std::vector<absl::Status> ConfigFileProblems(const std::string& path);
+
 }  // namespace gearbox
 
 #endif  // GEARBOX_CONFIG_H_

@@ -1,5 +1,6 @@
 #include "gearbox/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -22,17 +23,25 @@ std::string Shown(const json& v) {
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
-absl::Status CheckKeys(const json& object, std::string_view path,
-                       const std::set<std::string>& allowed) {
+// One problem per key of `object` outside `allowed`, in the object's order.
+std::vector<absl::Status> UnknownKeys(const json& object, std::string_view path,
+                                      const std::set<std::string>& allowed) {
+  std::vector<absl::Status> problems;
   for (auto it = object.begin(); it != object.end(); ++it) {
     if (!allowed.count(it.key())) {
       std::string list;
       for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      return InvalidField(Cat(path, path.empty() ? "" : ".", it.key()), "this key",
-                          Cat("unknown key; allowed here: ", list));
+      problems.push_back(InvalidField(Cat(path, path.empty() ? "" : ".", it.key()), "this key",
+                                      Cat("unknown key; allowed here: ", list)));
     }
   }
-  return absl::OkStatus();
+  return problems;
+}
+
+absl::Status CheckKeys(const json& object, std::string_view path,
+                       const std::set<std::string>& allowed) {
+  const std::vector<absl::Status> problems = UnknownKeys(object, path, allowed);
+  return problems.empty() ? absl::OkStatus() : problems.front();
 }
 
 absl::StatusOr<int64_t> GetInt(const json& v, const std::string& field) {
@@ -328,6 +337,195 @@ absl::StatusOr<MemoryModel> ParseMemoryModel(const json& m) {
   return model;
 }
 
+// The document as JSON: syntax errors (with their line) and keys given twice
+// in one object are problems of the whole text.
+absl::StatusOr<json> ParseJson(std::string_view json_text) {
+  try {
+    // Keys seen per open object: a key given twice is an error, not "last wins".
+    std::vector<std::set<std::string>> open_objects;
+    std::string duplicate;
+    const json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+      if (event == json::parse_event_t::object_end && !open_objects.empty())
+        open_objects.pop_back();
+      if (event == json::parse_event_t::key && !open_objects.empty() && duplicate.empty() &&
+          !open_objects.back().insert(parsed.get<std::string>()).second) {
+        duplicate = parsed.get<std::string>();
+      }
+      return true;
+    };
+    json root = json::parse(json_text.begin(), json_text.end(), on_event);
+    if (!duplicate.empty()) {
+      return InvalidField(Cat("config key \"", duplicate, "\""), "given twice",
+                          "each key once per object");
+    }
+    return root;
+  } catch (const json::parse_error& e) {
+    // Line of the byte where parsing stopped.
+    const size_t at = std::min(e.byte, json_text.size());
+    const size_t line =
+        1 + static_cast<size_t>(std::count(
+                json_text.begin(), json_text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+    return absl::InvalidArgumentError(
+        Cat("config line ", line, ": not valid JSON (", e.what(), ")"));
+  } catch (const json::exception& e) {  // e.g. a number too large to represent
+    return absl::InvalidArgumentError(Cat("config: not valid JSON (", e.what(), ")"));
+  }
+}
+
+using Problems = std::vector<absl::Status>;
+
+// Adds `s` to `problems` when it is an error; true when it is not.
+bool Note(const absl::Status& s, Problems* problems) {
+  if (!s.ok()) problems->push_back(s);
+  return s.ok();
+}
+
+// Each dims entry on its own: one slot per entry, empty where it failed.
+std::vector<std::optional<DimensionSpec>> CollectDims(const json& root, Problems* problems) {
+  if (!root.contains("dims") || !root["dims"].is_array() || root["dims"].empty()) {
+    problems->push_back(InvalidField("dims",
+                                     root.contains("dims") ? Shown(root["dims"]) : "missing",
+                                     "a non-empty list of dimensions"));
+    return {};
+  }
+  std::vector<std::optional<DimensionSpec>> dims;
+  for (size_t i = 0; i < root["dims"].size(); ++i) {
+    auto dim = ParseDimension(root["dims"][i], i);
+    dims.push_back(Note(dim.status(), problems) ? std::optional(*std::move(dim)) : std::nullopt);
+  }
+  return dims;
+}
+
+absl::Status ParseScheme(const json& scheme, CombinationSpec* spec) {
+  if (!scheme.is_string()) {
+    return InvalidField("scheme", Shown(scheme), "\"independent\", \"joint\" or \"sparse\"");
+  }
+  auto parsed = ParseGearScheme(scheme.get<std::string>(), "scheme");
+  if (!parsed.ok()) return parsed.status();
+  spec->scheme = *parsed;
+  return absl::OkStatus();
+}
+
+absl::Status ParseCombinations(const json& list, CombinationSpec* spec) {
+  if (!list.is_array())
+    return InvalidField("combinations", Shown(list), "a list of [gear, gear] pairs");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string field = Cat("combinations[", i, "]");
+    if (!list[i].is_array() || list[i].size() != kJointDimensions) {
+      return InvalidField(field, Shown(list[i]), "a [gear, gear] pair (one gear per dimension)");
+    }
+    GearCombination c{};
+    for (int d = 0; d < kJointDimensions; ++d) {
+      auto v = GetInt(list[i][static_cast<size_t>(d)], Cat(field, "[", d, "]"));
+      if (!v.ok()) return v.status();
+      c[static_cast<size_t>(d)] = *v;
+    }
+    spec->combinations.push_back(c);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseCoverRatio(const json& ratio, CombinationSpec* spec) {
+  if (ratio.is_null()) {
+    spec->cover_ratio = std::numeric_limits<double>::infinity();
+    return absl::OkStatus();
+  }
+  auto v = GetNumber(ratio, "cover_ratio");
+  if (!v.ok()) return v.status();
+  spec->cover_ratio = *v;
+  return absl::OkStatus();
+}
+
+// "scheme", "combinations" and "cover_ratio", each on its own; true when all parsed.
+bool CollectCombinationSpec(const json& root, CombinationSpec* spec, Problems* problems) {
+  bool ok = true;
+  if (root.contains("scheme")) ok = Note(ParseScheme(root["scheme"], spec), problems) && ok;
+  if (root.contains("combinations")) {
+    ok = Note(ParseCombinations(root["combinations"], spec), problems) && ok;
+  }
+  if (root.contains("cover_ratio")) {
+    ok = Note(ParseCoverRatio(root["cover_ratio"], spec), problems) && ok;
+  }
+  return ok;
+}
+
+// Each parsed dims entry within adaptive.max_gears_per_type.
+void CheckGearsPerType(const std::vector<std::optional<DimensionSpec>>& dims,
+                       const AdaptiveOptions& adaptive, Problems* problems) {
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] && static_cast<int>(dims[d]->gears.size()) > adaptive.max_gears_per_type) {
+      problems->push_back(
+          InvalidField(Cat("dims[", d, "].gears"), Cat(dims[d]->gears.size(), " gears"),
+                       Cat("at most adaptive.max_gears_per_type = ", adaptive.max_gears_per_type)));
+    }
+  }
+}
+
+// A parsed config and every problem found, in the order ParseConfig checks:
+// top-level keys, dims entries, scheme, combinations, cover_ratio, the
+// initial gear set, adaptive, gears per type, replan, memory_model. A check
+// that needs other parts runs only when they parsed.
+struct Collected {
+  RuntimeConfig config;
+  Problems problems;
+};
+
+Collected CollectObject(const json& root) {
+  Collected out;
+  RuntimeConfig& config = out.config;
+  Problems* problems = &out.problems;
+  *problems = UnknownKeys(
+      root, "",
+      {"dims", "adaptive", "replan", "memory_model", "scheme", "combinations", "cover_ratio"});
+  const auto dims = CollectDims(root, problems);
+  const bool dims_ok = !dims.empty() && std::all_of(dims.begin(), dims.end(),
+                                                    [](const auto& d) { return d.has_value(); });
+  if (dims_ok) {
+    for (const auto& d : dims) config.dims.push_back(*d);
+  }
+  if (CollectCombinationSpec(root, &config.combination_spec, problems) && dims_ok) {
+    Note(GearSet::Create(config.dims, 1, 0.0,
+                         InitialCombinations(config.dims, config.combination_spec))
+             .status(),
+         problems);
+  }
+  if (!root.contains("adaptive") ||
+      Note(ParseAdaptive(root["adaptive"], &config.adaptive), problems)) {
+    CheckGearsPerType(dims, config.adaptive, problems);
+  }
+  if (root.contains("replan")) Note(ParseReplan(root["replan"], &config.replan), problems);
+  if (root.contains("memory_model")) {
+    auto model = ParseMemoryModel(root["memory_model"]);
+    if (Note(model.status(), problems)) config.memory_model = *model;
+  }
+  return out;
+}
+
+Collected Collect(std::string_view json_text) {
+  auto root = ParseJson(json_text);
+  if (!root.ok()) return {.config = {}, .problems = {root.status()}};
+  if (!root->is_object()) {
+    return {.config = {}, .problems = {InvalidField("config", Shown(*root), "a JSON object")}};
+  }
+  return CollectObject(*root);
+}
+
+// The text of a config file; only regular files (a device or pipe such as
+// /dev/zero could be endless).
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(
+        Cat(path, ": not a regular file (a directory, device or pipe); name a config file"));
+  }
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(Cat(path, ": cannot open the config file"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
 }  // namespace
 
 double MemoryModel::GraphBytes(std::span<const int64_t> gears) const {
@@ -378,129 +576,28 @@ absl::StatusOr<std::vector<int64_t>> MakeNamedGears(std::string_view name,
                       "one of \"TIMES\", \"POW2\", \"VLLM\"");
 }
 
+std::vector<absl::Status> ConfigProblems(std::string_view json_text) {
+  return Collect(json_text).problems;
+}
+
 absl::StatusOr<RuntimeConfig> ParseConfig(std::string_view json_text) {
-  json root;
-  try {
-    // Keys seen per open object: a key given twice is an error, not "last wins".
-    std::vector<std::set<std::string>> open_objects;
-    std::string duplicate;
-    const json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
-      if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-      if (event == json::parse_event_t::object_end && !open_objects.empty())
-        open_objects.pop_back();
-      if (event == json::parse_event_t::key && !open_objects.empty() && duplicate.empty() &&
-          !open_objects.back().insert(parsed.get<std::string>()).second) {
-        duplicate = parsed.get<std::string>();
-      }
-      return true;
-    };
-    root = json::parse(json_text.begin(), json_text.end(), on_event);
-    if (!duplicate.empty()) {
-      return InvalidField(Cat("config key \"", duplicate, "\""), "given twice",
-                          "each key once per object");
-    }
-  } catch (const json::parse_error& e) {
-    // Line of the byte where parsing stopped.
-    const size_t at = std::min(e.byte, json_text.size());
-    const size_t line =
-        1 + static_cast<size_t>(std::count(
-                json_text.begin(), json_text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
-    return absl::InvalidArgumentError(
-        Cat("config line ", line, ": not valid JSON (", e.what(), ")"));
-  } catch (const json::exception& e) {  // e.g. a number too large to represent
-    return absl::InvalidArgumentError(Cat("config: not valid JSON (", e.what(), ")"));
-  }
-  if (!root.is_object()) return InvalidField("config", Shown(root), "a JSON object");
-  if (auto s = CheckKeys(
-          root, "",
-          {"dims", "adaptive", "replan", "memory_model", "scheme", "combinations", "cover_ratio"});
-      !s.ok()) {
-    return s;
-  }
-  RuntimeConfig config;
-  if (!root.contains("dims") || !root["dims"].is_array() || root["dims"].empty()) {
-    return InvalidField("dims", root.contains("dims") ? Shown(root["dims"]) : "missing",
-                        "a non-empty list of dimensions");
-  }
-  for (size_t i = 0; i < root["dims"].size(); ++i) {
-    auto dim = ParseDimension(root["dims"][i], i);
-    if (!dim.ok()) return dim.status();
-    config.dims.push_back(*std::move(dim));
-  }
-  if (root.contains("scheme")) {
-    if (!root["scheme"].is_string()) {
-      return InvalidField("scheme", Shown(root["scheme"]),
-                          "\"independent\", \"joint\" or \"sparse\"");
-    }
-    auto scheme = ParseGearScheme(root["scheme"].get<std::string>(), "scheme");
-    if (!scheme.ok()) return scheme.status();
-    config.combination_spec.scheme = *scheme;
-  }
-  if (root.contains("combinations")) {
-    const json& list = root["combinations"];
-    if (!list.is_array())
-      return InvalidField("combinations", Shown(list), "a list of [gear, gear] pairs");
-    for (size_t i = 0; i < list.size(); ++i) {
-      const std::string field = Cat("combinations[", i, "]");
-      if (!list[i].is_array() || list[i].size() != kJointDimensions) {
-        return InvalidField(field, Shown(list[i]), "a [gear, gear] pair (one gear per dimension)");
-      }
-      GearCombination c{};
-      for (int d = 0; d < kJointDimensions; ++d) {
-        auto v = GetInt(list[i][static_cast<size_t>(d)], Cat(field, "[", d, "]"));
-        if (!v.ok()) return v.status();
-        c[static_cast<size_t>(d)] = *v;
-      }
-      config.combination_spec.combinations.push_back(c);
-    }
-  }
-  if (root.contains("cover_ratio")) {
-    if (root["cover_ratio"].is_null()) {
-      config.combination_spec.cover_ratio = std::numeric_limits<double>::infinity();
-    } else {
-      auto v = GetNumber(root["cover_ratio"], "cover_ratio");
-      if (!v.ok()) return v.status();
-      config.combination_spec.cover_ratio = *v;
-    }
-  }
-  if (auto set = GearSet::Create(config.dims, 1, 0.0,
-                                 InitialCombinations(config.dims, config.combination_spec));
-      !set.ok()) {
-    return set.status();
-  }
-  if (root.contains("adaptive")) {
-    if (auto s = ParseAdaptive(root["adaptive"], &config.adaptive); !s.ok()) return s;
-  }
-  for (size_t d = 0; d < config.dims.size(); ++d) {
-    if (static_cast<int>(config.dims[d].gears.size()) > config.adaptive.max_gears_per_type) {
-      return InvalidField(
-          Cat("dims[", d, "].gears"), Cat(config.dims[d].gears.size(), " gears"),
-          Cat("at most adaptive.max_gears_per_type = ", config.adaptive.max_gears_per_type));
-    }
-  }
-  if (root.contains("replan")) {
-    if (auto s = ParseReplan(root["replan"], &config.replan); !s.ok()) return s;
-  }
-  if (root.contains("memory_model")) {
-    auto model = ParseMemoryModel(root["memory_model"]);
-    if (!model.ok()) return model.status();
-    config.memory_model = *model;
-  }
-  return config;
+  Collected collected = Collect(json_text);
+  if (!collected.problems.empty()) return collected.problems.front();
+  return std::move(collected.config);
+}
+
+std::vector<absl::Status> ConfigFileProblems(const std::string& path) {
+  auto text = ReadConfigFile(path);
+  if (!text.ok()) return {text.status()};
+  std::vector<absl::Status> problems = ConfigProblems(*text);
+  for (absl::Status& p : problems) p = internal::WithContext(p, path);
+  return problems;
 }
 
 absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& path) {
-  // A device or pipe (/dev/zero) could be endless: only regular files.
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
-    return absl::InvalidArgumentError(
-        Cat(path, ": not a regular file (a directory, device or pipe); name a config file"));
-  }
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(Cat(path, ": cannot open the config file"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  auto config = ParseConfig(buffer.str());
+  auto text = ReadConfigFile(path);
+  if (!text.ok()) return text.status();
+  auto config = ParseConfig(*text);
   if (!config.ok()) return internal::WithContext(config.status(), path);
   return config;
 }
