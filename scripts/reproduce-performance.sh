@@ -52,3 +52,7 @@ run $g replay --config data/configs/decode_times.json --trace "$tmp/azure_decode
   --policy replan --scheme independent,joint,sparse
 run $g plan --trace "$tmp/azure_decode.csv" --joint BATCHSIZE,SEQLEN --graphs 120
 run $g plan --trace "$tmp/azure_prefill.csv" --dim SEQLEN --gears 16 --compare
+
+echo "== gearbox.torch: a PyTorch transformer on the bundled trace, and gearbox.torch's own cost per call"
+run env PYTHONPATH=build/python /usr/bin/python3 bench/python/torch_replay.py
+run env PYTHONPATH=build/python /usr/bin/python3 bench/python/torch_overhead.py
