@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what gearbox needs from Debian 12's packages, skipping what is
 # already there. Runs as root, or through sudo when not root.
+#   --without-python: only what the C++ library, tools and tests need (the
+#   main job); the Python extension and its tests need the rest.
 set -euo pipefail
 
 packages=(
@@ -8,8 +10,12 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libabsl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libdlpack-dev gnuplot-nox
-  python3-dev python3-pybind11 python3-numpy python3-pytest python3-torch
 )
+case "${1:-}" in
+  --without-python) ;;
+  "") packages+=(python3-dev python3-pybind11 python3-numpy python3-pytest python3-torch) ;;
+  *) echo "install-deps: \"$1\" is not allowed; no argument, or --without-python" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

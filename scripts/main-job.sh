@@ -10,7 +10,7 @@
 # Writes out/summary.json, out/decisions.jsonl and out/replay.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --without-python  # the main job runs the C++ tool only
 BUILD_DIR=build-main scripts/build.sh -DGEARBOX_BUILD_TESTS=OFF -DGEARBOX_BUILD_BENCHMARKS=OFF \
   -DGEARBOX_BUILD_PYTHON=OFF
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
