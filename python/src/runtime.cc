@@ -824,8 +824,8 @@ void BindRuntimeClass(py::module_& m) {
            "callable returning the fraction of device memory in use (called on the updating "
            "thread; at or above adaptive.device_memory_usage_threshold_ratio an update runs at "
            "once and additions are limited), or \"host\": the process's cgroup v2 memory "
-           "against its limit, else /proc/meminfo; None: no memory-pressure handling. ValueError on a "
-           "bad config, naming the field (e.g. \"dims[0].gears\").")
+           "against its limit, else /proc/meminfo; None: no memory-pressure handling. "
+           "ValueError on a bad config, naming the field (e.g. \"dims[0].gears\").")
       .def_property_readonly("dims", &PyRuntime::Dims, "Dimension names, in order.")
       .def("snapshot", &PyRuntime::Snapshot, "A copy of the current gear set (Snapshot).")
       .def("plan", &PyRuntime::MakeRequestPlan, py::arg("sizes"),
