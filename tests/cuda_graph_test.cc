@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -94,6 +95,27 @@ TEST(CudaGraph, EvictionReleasesTheGraph) {
   EXPECT_EQ(pool.size(), 0u);
   EXPECT_EQ(pool.released(), 1u);
   EXPECT_EQ(pool.release_failures(), 0u);
+}
+
+// The probe counts what this process holds on the device, and names a device
+// that does not exist.
+TEST(CudaMemoryProbe, CountsAnAllocationAndNamesABadDevice) {
+  SKIP_WITHOUT_GPU();
+  size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  const size_t bytes = std::min<size_t>(free_bytes / 2, size_t{1} << 30);
+  void* block = nullptr;
+  ASSERT_EQ(cudaMalloc(&block, bytes), cudaSuccess);
+  CudaMemoryProbe probe;
+  auto usage = probe.UsageFraction();
+  ASSERT_EQ(cudaFree(block), cudaSuccess);
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_GE(*usage, static_cast<double>(bytes) / static_cast<double>(total));
+  EXPECT_LE(*usage, 1.0);
+  auto bad = CudaMemoryProbe(1 << 20).UsageFraction();
+  static_cast<void>(cudaGetLastError());  // clears the error for the tests after this one
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("cudaSetDevice"));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "gearbox/clock.h"
 #include "gearbox/gear_set.h"
+#include "gearbox/host_memory_probe.h"
 #include "gearbox/log.h"
 #include "gearbox/memory_probe.h"
 #include "gearbox/options.h"

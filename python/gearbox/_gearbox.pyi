@@ -88,7 +88,7 @@ class Runtime:
         clock: Literal["system", "manual"] = "system",
         start_time: float = 0.0,
         event_buffer_events: int = 4096,
-        memory_probe: Callable[[], float] | None = None,
+        memory_probe: Callable[[], float] | Literal["host"] | None = None,
     ) -> None: ...
     @property
     def dims(self) -> list[str]: ...

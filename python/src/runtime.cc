@@ -26,6 +26,7 @@
 #include "convert.h"
 #include "gearbox/clock.h"
 #include "gearbox/config.h"
+#include "gearbox/host_memory_probe.h"
 #include "gearbox/memory_probe.h"
 #include "gearbox/plan.h"
 #include "gearbox/resource_pool.h"
@@ -224,7 +225,15 @@ struct CallbackScope {
 // A Python callable () -> float as the runtime's memory probe, called on the
 // updating thread with the GIL taken. An exception or a non-number is an
 // "unknown" reading (no pressure), its message in the update record.
+// "host": HostMemoryProbe (cgroup v2 limit, else /proc/meminfo), no Python.
 std::unique_ptr<MemoryProbe> MakeMemoryProbe(const py::object& fn) {
+  if (py::isinstance<py::str>(fn)) {
+    const std::string name = fn.cast<std::string>();
+    if (name == "host") return std::make_unique<HostMemoryProbe>();
+    throw py::value_error("memory_probe: \"" + name +
+                          "\" is not allowed; \"host\" or a callable returning the fraction of "
+                          "memory in use");
+  }
   if (!PyCallable_Check(fn.ptr())) {
     throw py::type_error("memory_probe: " + TypeName(fn) +
                          " is not allowed; a callable returning the fraction of memory in use");
@@ -814,8 +823,9 @@ void BindRuntimeClass(py::module_& m) {
            "advance). event_buffer_events: events per recording thread's ring. memory_probe: a "
            "callable returning the fraction of device memory in use (called on the updating "
            "thread; at or above adaptive.device_memory_usage_threshold_ratio an update runs at "
-           "once and additions are limited); None: no memory-pressure handling. ValueError on a "
-           "bad config, naming the field (e.g. \"dims[0].gears\").")
+           "once and additions are limited), or \"host\": the process's cgroup v2 memory "
+           "against its limit, else /proc/meminfo; None: no memory-pressure handling. "
+           "ValueError on a bad config, naming the field (e.g. \"dims[0].gears\").")
       .def_property_readonly("dims", &PyRuntime::Dims, "Dimension names, in order.")
       .def("snapshot", &PyRuntime::Snapshot, "A copy of the current gear set (Snapshot).")
       .def("plan", &PyRuntime::MakeRequestPlan, py::arg("sizes"),

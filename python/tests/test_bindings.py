@@ -532,6 +532,16 @@ def test_memory_probe_from_python():
         gearbox.Runtime(config, memory_probe=0.5)
 
 
+def test_host_memory_probe():
+    config = batch_config([32, 128], device_memory_usage_threshold_ratio=0.9)
+    with gearbox.Runtime(config, policy="adaptive", clock="manual", memory_probe="host") as rt:
+        memory = rt.run_once(now=10.0)["memory"]
+        assert "error" not in memory or not memory["error"], memory
+        assert 0.0 <= memory["usage"] <= 2.0
+    with pytest.raises(ValueError, match="memory_probe: \"gpu\" is not allowed"):
+        gearbox.Runtime(config, memory_probe="gpu")
+
+
 def test_close_and_stop_from_a_listener_on_the_worker():
     # A listener on the worker thread cannot join that thread: stop_worker
     # there raises, close() hands the join to another thread.
