@@ -537,8 +537,9 @@ def _shutdown(shared: _Shared, rt: Any, listener_id: Optional[int],
         if t.is_alive() and t is not threading.current_thread():
             t.join(timeout=120)
     try:
-        if listener_id is not None:
-            rt.remove_release_listener(listener_id)
+        # close() drops the listener with the runtime, and works even when this
+        # finalizer runs inside that listener (garbage collected on the updating
+        # thread), where remove_release_listener would wait on itself.
         rt.close()
     except Exception:  # already closed
         pass

@@ -222,6 +222,17 @@ struct CallbackScope {
   CallbackScope& operator=(const CallbackScope&) = delete;
 };
 
+// Calls that take the update path's locks (which the runtime holds while it
+// runs a listener or reads the probe: they would wait on this very thread)
+// are refused inside a callback with a RuntimeError naming the call.
+void RefuseInCallback(const char* call) {
+  if (callback_depth > 0) {
+    throw std::runtime_error(std::string("Runtime.") + call +
+                             ": called from a release listener or memory probe, which runs "
+                             "inside an update; call it from another thread");
+  }
+}
+
 // A Python callable () -> float as the runtime's memory probe, called on the
 // updating thread with the GIL taken. An exception or a non-number is an
 // "unknown" reading (no pressure), its message in the update record.
@@ -406,6 +417,7 @@ class PyRuntime {
 
   py::object RunOnce(const std::optional<double>& now, const std::string& trigger) const {
     auto s = Get("run_once");
+    RefuseInCallback("run_once");
     UpdateTrigger t = UpdateTrigger::kManual;
     if (trigger == "interval") {
       t = UpdateTrigger::kInterval;
@@ -428,6 +440,7 @@ class PyRuntime {
   py::object CommitUpdate(const std::vector<std::vector<int64_t>>& gears,
                           const std::optional<double>& now) const {
     auto s = Get("commit_update");
+    RefuseInCallback("commit_update");
     const double time = TimeOr(*s, now);
     absl::StatusOr<UpdateRecord> record;
     {
@@ -502,7 +515,12 @@ class PyRuntime {
 
   py::dict ReplanCost() const {
     auto s = Get("replan_cost");
-    const GearCostModel cost = s->runtime->ReplanCostModel();
+    RefuseInCallback("replan_cost");
+    GearCostModel cost;
+    {
+      GilRelease release;  // waits for the update lock, whose holder may need the GIL
+      cost = s->runtime->ReplanCostModel();
+    }
     py::dict d;
     for (const auto& [name, field] : CostFields()) d[name] = cost.*field;
     return d;
@@ -512,7 +530,12 @@ class PyRuntime {
   // their values. Unknown names and invalid values: ValueError, nothing changes.
   void SetReplanCost(const py::kwargs& fields) const {
     auto s = Get("set_replan_cost");
-    GearCostModel cost = s->runtime->ReplanCostModel();
+    RefuseInCallback("set_replan_cost");
+    GearCostModel cost;
+    {
+      GilRelease release;  // waits for the update lock, whose holder may need the GIL
+      cost = s->runtime->ReplanCostModel();
+    }
     const auto known = CostFields();
     for (const auto& [key, value] : fields) {
       const std::string name = py::str(key);
@@ -614,6 +637,7 @@ class PyRuntime {
 
   uint64_t AddReleaseListener(py::object fn) const {
     auto s = Get("add_release_listener");
+    RefuseInCallback("add_release_listener");
     if (!PyCallable_Check(fn.ptr())) {
       throw py::type_error("add_release_listener: " + TypeName(fn) +
                            " is not allowed; a callable taking a list of keys");
@@ -641,6 +665,7 @@ class PyRuntime {
 
   void RemoveReleaseListener(uint64_t id) const {
     auto s = Get("remove_release_listener");
+    RefuseInCallback("remove_release_listener");
     GilRelease release;  // waits for a running listener, which takes the GIL
     s->runtime->RemoveReleaseListener(id);
   }

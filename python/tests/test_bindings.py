@@ -598,3 +598,56 @@ def test_release_listener_sees_its_update_in_last_update():
         rt.add_release_listener(lambda keys: seen.append(rt.last_update()["sequence"]))
         record = rt.commit_update([[2, 4, 8]], now=1.0)
         assert seen == [record["sequence"]]
+
+
+def test_update_path_calls_inside_a_listener_raise_instead_of_waiting_on_themselves(monkeypatch):
+    # The runtime holds its listener lock while a listener runs: a listener
+    # that changed the listeners or ran an update would wait on itself.
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    with gearbox.Runtime(batch_config([1, 2, 4, 8]), clock="manual") as rt:
+        ids = []
+
+        def listener(keys):
+            for call in (lambda: rt.remove_release_listener(ids[0]),
+                         lambda: rt.add_release_listener(print),
+                         lambda: rt.run_once(now=5.0),
+                         lambda: rt.commit_update([[1, 8]], now=5.0),
+                         lambda: rt.replan_cost(),
+                         lambda: rt.set_replan_cost(compile_seconds=1.0)):
+                with pytest.raises(RuntimeError, match="release listener or memory probe"):
+                    call()
+            ids.append(-1)  # every call above raised
+
+        ids.append(rt.add_release_listener(listener))
+        rt.commit_update([[2, 4, 8]], now=1.0)  # returns: no self-wait
+        assert ids[-1] == -1 and not seen
+
+
+def test_replan_cost_waits_for_an_update_without_holding_the_gil():
+    # run_once holds the update lock while it reads a Python memory probe
+    # (which needs the GIL); replan_cost from another thread needs that lock.
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent("""
+        import threading, time, gearbox
+        config = {"dims": [{"name": "BATCHSIZE", "gears": [1, 2, 4, 8]}],
+                  "adaptive": {"device_memory_usage_threshold_ratio": 0.9}}
+        def probe():
+            time.sleep(0.5)  # releases the GIL inside the update
+            return 0.1
+        rt = gearbox.Runtime(config, clock="manual", memory_probe=probe)
+        t = threading.Thread(target=lambda: rt.run_once(now=1.0))
+        t.start()
+        time.sleep(0.1)
+        rt.replan_cost()
+        rt.set_replan_cost(compile_seconds=1.0)
+        t.join()
+        rt.close()
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
