@@ -1068,8 +1068,8 @@ class GearedModule(torch.nn.Module):
         }
 
     def save_plan(self, path: str | os.PathLike) -> Dict[str, Any]:
-        """Writes the current gear set (and measured compile costs) as JSON,
-        for load_plan after a restart."""
+        """Writes the current gear set (and, for reading, its combinations and
+        measured compile costs) as JSON; load_plan restores the gear lists."""
         snap = self.runtime.snapshot()
         with self._lock:
             secs = {_gear_name(c.gear): c.compile_seconds for c in self._table.values()}
@@ -1082,8 +1082,10 @@ class GearedModule(torch.nn.Module):
         return plan
 
     def load_plan(self, path: str | os.PathLike, compile: bool = True) -> Dict[str, Any]:
-        """Sets the gears saved by save_plan (commit_update) and, with
-        compile=True, compiles all of them now (a warm restart)."""
+        """Sets the gear lists saved by save_plan (commit_update) and, with
+        compile=True, compiles all of them now (a warm restart). A joint or
+        sparse set's combinations and the saved compile seconds are not
+        restored: the policy chooses combinations again, compiles are timed again."""
         with open(path) as f:
             try:
                 plan = json.load(f)
@@ -1094,6 +1096,9 @@ class GearedModule(torch.nn.Module):
         if plan.get("dims") != list(self._sig.dims):
             raise ValueError(f"plan file {os.fspath(path)}: dims {plan.get('dims')} differ from "
                              f"this module's {self._sig.dims}")
+        if not isinstance(plan.get("gears"), list):
+            raise ValueError(f"plan file {os.fspath(path)}: 'gears' is {plan.get('gears')!r}; "
+                             "a list of gear lists, one per dimension")
         record = self.runtime.commit_update(plan["gears"])
         if compile:
             self.warm()

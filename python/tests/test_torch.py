@@ -456,6 +456,10 @@ def test_load_plan_rejects_a_plan_for_other_dims(tmp_path):
     with conv_module(compiler="eager") as gm3:
         with pytest.raises(ValueError, match="'format' is not 'gearbox.torch plan'"):
             gm3.load_plan(bad)
+        no_gears = tmp_path / "no_gears.json"
+        no_gears.write_text('{"format": "gearbox.torch plan", "dims": ["batch"]}')
+        with pytest.raises(ValueError, match="'gears' is None; a list of gear lists"):
+            gm3.load_plan(no_gears)
 
 
 # ------------------------------------------------------------- debug check mode
