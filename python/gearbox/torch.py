@@ -683,9 +683,16 @@ class GearedModule(torch.nn.Module):
         if self._shared.closed:
             raise RuntimeError("GearedModule is closed (close() stopped its runtime)")
         tensors = self._bind(args, kwargs)
-        sizes = self._sig.check(tensors)
-        if self._sig.learn(tensors):
-            self._request_prewarm()
+        if self._sig.example_shapes_known():
+            sizes = self._sig.check(tensors)  # nothing left to learn: no lock
+        else:
+            # Until every dtype and None axis is fixed, check and learn as one
+            # step: two first calls that disagree cannot both pass.
+            with self._lock:
+                sizes = self._sig.check(tensors)
+                learned = self._sig.learn(tensors)
+            if learned:
+                self._request_prewarm()
         try:
             plan = self.runtime.plan(sizes)
         except ValueError as e:
