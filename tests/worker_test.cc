@@ -2,12 +2,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "gearbox/runtime.h"
 #include "gearbox/update_worker.h"
 #include "src/common/mutex.h"
+#include "src/runtime/drain_pacing.h"
 
 namespace gearbox {
 namespace {
@@ -196,6 +199,64 @@ TEST(Worker, FoldsFullBuffersWithoutAnUpdate) {
   EXPECT_GE(c.events_folded, 2u) << "the drain thread never folded the half-full ring";
   EXPECT_EQ(c.events_folded + c.events_pending, 4u);
   EXPECT_EQ(c.events_dropped, 0u);
+}
+
+// With a small drain_cpu_share the drain thread rests after each drain; a
+// request that comes during the rest must still be served after it.
+TEST(Worker, DrainsARequestThatCameDuringItsRest) {
+  ManualClock clock(0.0);
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
+  o.clock = &clock;
+  o.pool = &pool;
+  o.event_buffer_events = 4;
+  o.drain_cpu_share = 0.001;  // rests about 1000 times as long as a drain (at most 50 ms)
+  auto runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
+  clock.WaitForSleepersForTesting(1);
+  SnapshotRef snap = runtime->GetSnapshot();
+  const int64_t raw[] = {3};
+  const Plan plan = *MakePlan(*snap, raw);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto wait_folded = [&](uint64_t n) {
+    while (runtime->counters().events_folded < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    return runtime->counters().events_folded;
+  };
+  // Two events fill the ring to half: the first drain.
+  for (int i = 0; i < 2; ++i) runtime->RecordPlan(plan, 1.0);
+  ASSERT_GE(wait_folded(2), 2u) << "the drain thread never folded the half-full ring";
+  // Right after it (most likely during the rest): four more fit, the fifth
+  // finds the ring full, is dropped and asks for a drain.
+  for (int i = 0; i < 5; ++i) runtime->RecordPlan(plan, 1.0);
+  EXPECT_GE(wait_folded(6), 6u) << "a drain request made during the rest was lost";
+  const RuntimeCounters c = runtime->counters();
+  EXPECT_EQ(c.events_dropped, 1u);
+  EXPECT_EQ(c.events_folded + c.events_pending, 6u);
+}
+
+TEST(Worker, RejectsADrainCpuShareOutsideZeroToOne) {
+  for (double share : {0.0, -0.5, 1.5, std::nan("")}) {
+    RuntimeOptions o;
+    o.start_worker = false;
+    o.drain_cpu_share = share;
+    auto runtime = AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
+    ASSERT_FALSE(runtime.ok()) << share;
+    EXPECT_THAT(std::string(runtime.status().message()), ::testing::HasSubstr("drain_cpu_share"));
+  }
+}
+
+TEST(DrainPacing, RestsSoThatDrainingTakesAtMostItsShare) {
+  using std::chrono::microseconds;
+  using std::chrono::nanoseconds;
+  EXPECT_EQ(internal::DrainPause(microseconds(100), 0.1), microseconds(900));
+  EXPECT_EQ(internal::DrainPause(microseconds(100), 0.5), microseconds(100));
+  EXPECT_EQ(internal::DrainPause(microseconds(100), 1.0), nanoseconds::zero());
+  EXPECT_EQ(internal::DrainPause(nanoseconds::zero(), 0.1), nanoseconds::zero());
+  // A long drain rests at most kMaxDrainPause.
+  EXPECT_EQ(internal::DrainPause(std::chrono::milliseconds(100), 0.1),
+            nanoseconds(internal::kMaxDrainPause));
 }
 
 }  // namespace

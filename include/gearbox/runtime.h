@@ -79,6 +79,13 @@ struct RuntimeOptions {
   // events x (2 + 2 x dimensions) x 8 bytes per recording thread (192 KiB
   // for two dimensions), allocated on the thread's first event.
   size_t event_buffer_events = 4096;
+  // The most of one core the worker's drain thread spends folding events:
+  // after a drain that took t it rests t x (1 / share - 1), at most 50 ms.
+  // At rates above what that share folds (a fold is tens of ns an event:
+  // about a million events a second at 0.1) events are sampled, i.e. dropped
+  // and counted, instead of taking the request threads' cores. In (0, 1];
+  // 1 means no rest.
+  double drain_cpu_share = 0.1;
 };
 
 // An event as the seed's record_event takes it: per dimension the raw size

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <iterator>
@@ -10,6 +11,7 @@
 #include "gearbox/policy.h"
 #include "gearbox/update_worker.h"
 #include "src/common/errors.h"
+#include "src/runtime/drain_pacing.h"
 #include "src/runtime/snapshot_store.h"
 #include "src/stats/event_log.h"
 #include "src/stats/window_store.h"
@@ -62,7 +64,8 @@ class AdaptiveGearRuntime::Impl {
         events(initial.num_dimensions(), options.event_buffer_events),
         last_update_time(now),
         replan_cost(options.replan.cost),
-        window(initial, options.adaptive, now) {}
+        window(initial, options.adaptive, now),
+        drain_cpu_share(options.drain_cpu_share) {}
 
   internal::SnapshotStore snapshots;
   internal::EventLog events;
@@ -123,18 +126,34 @@ class AdaptiveGearRuntime::Impl {
     drain_requests.fetch_add(1, std::memory_order_release);
     drain_requests.notify_one();
   }
+  // The drain thread. After each drain it rests (DrainPause) so that it
+  // uses at most drain_cpu_share of a core; requests that arrive meanwhile
+  // change drain_requests, so the wait after the rest returns at once.
   void DrainLoop() {
     while (!drainer_stop.load(std::memory_order_acquire)) {
       drain_wanted.store(false, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_seq_cst);  // see RequestDrain
       const uint32_t seen = drain_requests.load(std::memory_order_acquire);
+      const auto start = std::chrono::steady_clock::now();
       FoldAll();
+      Rest(internal::DrainPause(std::chrono::steady_clock::now() - start, drain_cpu_share));
       // A stop that came before `seen` was read bumped the counter already:
       // waiting on it would never return.
       if (drainer_stop.load(std::memory_order_acquire)) break;
       drain_requests.wait(seen, std::memory_order_acquire);
     }
   }
+  // Sleeps `pause`, in slices of at most 1 ms so that a stop is not delayed.
+  void Rest(std::chrono::nanoseconds pause) const {
+    const auto until = std::chrono::steady_clock::now() + pause;
+    while (!drainer_stop.load(std::memory_order_acquire)) {
+      const auto left = until - std::chrono::steady_clock::now();
+      if (left <= std::chrono::nanoseconds::zero()) return;
+      std::this_thread::sleep_for(
+          std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(1)));
+    }
+  }
+  const double drain_cpu_share;
   void StartDrainer() {
     if (drainer.joinable()) return;
     drainer_stop.store(false, std::memory_order_release);
@@ -179,6 +198,10 @@ absl::StatusOr<std::unique_ptr<AdaptiveGearRuntime>> AdaptiveGearRuntime::Create
   if (options.event_buffer_events < 1 || options.event_buffer_events > (1u << 20)) {
     return internal::InvalidFieldValue("event_buffer_events", options.event_buffer_events,
                                        "an integer in [1, 1048576]");
+  }
+  if (!(options.drain_cpu_share > 0.0 && options.drain_cpu_share <= 1.0)) {
+    return internal::InvalidFieldValue("drain_cpu_share", options.drain_cpu_share,
+                                       "a share of one core in (0, 1]");
   }
   Clock* clock = options.clock != nullptr ? options.clock : SystemClock::Default();
   const GearScheme scheme = options.combination_spec.scheme;
