@@ -46,7 +46,7 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
     "dims": [{"name": "SEQLEN", "policy": "TIMES", "min": 1, "max": 4096}],
     "replan": {"compile_seconds": 0.5, "seconds_per_unit": 3e-7, "runtime_exponent": 2,
                "payback_seconds": 1800, "min_gain_ratio": 2, "warmup_check_seconds": 5,
-               "max_changes_per_update": 4, "tail_ratio": 3}
+               "max_changes_per_update": 4, "tail_ratio": 3, "max_graphs": 48}
   })");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->replan.cost.compile_seconds, 0.5);
@@ -57,6 +57,7 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
   EXPECT_EQ(c->replan.warmup_check_seconds, 5);
   EXPECT_EQ(c->replan.max_changes_per_update, 4);
   EXPECT_EQ(c->replan.tail_ratio, 3);
+  EXPECT_EQ(c->replan.max_graphs, 48);
   EXPECT_EQ(c->replan.min_gear_lifetime_seconds,
             ReplanOptions{}.min_gear_lifetime_seconds);  // untouched default
 }
@@ -156,6 +157,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{
             R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"max_changes_per_update": 0}})",
             "replan.max_changes_per_update: 0"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"max_graphs": 0}})",
+                  "replan.max_graphs: 0 is not allowed; an integer in [1, 65536]"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"tail_ratio": "2"}})",
                   "replan.tail_ratio: \"2\""},
         BadConfig{

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "gearbox/replan_policy.h"
+#include "src/policy/replan_internal.h"
 #include "tests/policy_fixtures.h"
 
 namespace gearbox {
@@ -204,6 +205,57 @@ TEST(ReplanDecision, TooLittleTrafficChangesNothing) {
   EXPECT_THAT(d.next_gears[0], ElementsAre(1024));
   ASSERT_EQ(d.record.declined.size(), 1u);
   EXPECT_THAT(d.record.declined[0].reason, HasSubstr("too little traffic in the window"));
+}
+
+// ---- GearCaps: the graph budget split between dimensions ----
+
+double Product(const std::vector<int>& k) {
+  double p = 1;
+  for (int x : k) p *= x;
+  return p;
+}
+
+TEST(GearCaps, GivesTheBudgetWhereAGearSavesMost) {
+  // Dimension 0 saves 100 s per gear, dimension 1 one second: 0 gets the room.
+  std::vector<std::vector<double>> curves = {{1000, 900, 800, 700, 600, 500, 400, 300},
+                                             {10, 9, 8, 7, 6, 5, 4, 3}};
+  const std::vector<int> current = {1, 1};
+  const std::vector<int> caps = internal::GearCaps(curves, current, 16, 64);
+  EXPECT_LE(Product(caps), 16);
+  EXPECT_EQ(caps[0], 8);  // everything it wants
+  EXPECT_EQ(caps[1], 2);
+}
+
+TEST(GearCaps, WithinTheBudgetEveryDimensionGetsWhatItWants) {
+  std::vector<std::vector<double>> curves = {{30, 20, 10}, {50, 25}};
+  const std::vector<int> current = {1, 1};
+  EXPECT_THAT(internal::GearCaps(curves, current, 100, 64), ElementsAre(3, 2));
+}
+
+TEST(GearCaps, RoomLeftKeepsGearsADimensionAlreadyHolds) {
+  // Each wants two gears; dimension 1 holds six: the room left (within 24)
+  // lets it keep them rather than forcing them out.
+  std::vector<std::vector<double>> curves = {{30, 20}, {50, 25}};
+  const std::vector<int> current = {2, 6};
+  const std::vector<int> caps = internal::GearCaps(curves, current, 24, 64);
+  EXPECT_THAT(caps, ElementsAre(2, 6));
+  EXPECT_THAT(internal::GearCaps(curves, current, 8, 64), ElementsAre(2, 4));
+}
+
+TEST(GearCaps, EveryCapIsAtLeastOneAndAtMostThePerDimensionMaximum) {
+  std::vector<std::vector<double>> curves(3, std::vector<double>(64));
+  for (auto& c : curves) {
+    for (size_t k = 0; k < c.size(); ++k) c[k] = 1000.0 / static_cast<double>(k + 1);
+  }
+  const std::vector<int> current = {40, 40, 40};
+  for (int budget : {1, 2, 7, 100, 1000000}) {
+    const std::vector<int> caps = internal::GearCaps(curves, current, budget, 32);
+    EXPECT_LE(Product(caps), std::max(budget, 1)) << budget;
+    for (int k : caps) {
+      EXPECT_GE(k, 1);
+      EXPECT_LE(k, 32);
+    }
+  }
 }
 
 }  // namespace

@@ -328,5 +328,102 @@ TEST(Replan, OptionsAreValidated) {
   EXPECT_FALSE(AdaptiveGearRuntime::Create(Seq(), ro).ok());
 }
 
+// ---- The graph budget (ReplanOptions::max_graphs) ----
+
+// Two dimensions (decode steps: batch x context) on the TIMES ladders,
+// 9 x 15 = 135 cells, every one of which may compile.
+struct Replanned2D {
+  ManualClock clock{0};
+  GraphResourcePool pool;
+  std::unique_ptr<AdaptiveGearRuntime> rt;
+  std::mt19937_64 rng{11};
+  double t = 0;
+
+  Replanned2D(ReplanOptions replan, GearScheme scheme) {
+    RuntimeOptions o;
+    o.policy = UpdatePolicy::kReplan;
+    o.replan = replan;
+    o.combination_spec.scheme = scheme;
+    o.clock = &clock;
+    o.pool = &pool;
+    o.start_worker = false;
+    rt = *AdaptiveGearRuntime::Create({{"BATCHSIZE", *MakeTimesGears(1, 256), true, false},
+                                       {"SEQLEN", *MakeTimesGears(1, 16384), false, false}},
+                                      o);
+  }
+  UpdateRecord Run(double seconds, double rate) {
+    std::uniform_int_distribution<int64_t> batch(1, 200);
+    std::lognormal_distribution<double> context(7.0, 0.8);
+    const double end = t + seconds;
+    for (; t < end; t += 1.0 / rate) {
+      SnapshotRef snap = rt->GetSnapshot();
+      const int64_t raw[] = {batch(rng),
+                             std::clamp<int64_t>(static_cast<int64_t>(context(rng)), 1, 16384)};
+      Plan plan;
+      if (MakePlan(*snap, raw, &plan).ok()) rt->RecordPlan(plan, t);
+    }
+    return *rt->RunOnce(end);
+  }
+};
+
+TEST(ReplanGraphBudget, TwoIndependentDimensionsStayWithinMaxGraphs) {
+  ReplanOptions o;
+  o.max_graphs = 40;
+  o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  Replanned2D r(o, GearScheme::kIndependent);
+  double product_sum = 0;
+  for (int update = 1; update <= 30; ++update) {
+    const UpdateRecord rec = r.Run(60, 20);
+    const double product = static_cast<double>(rec.gears_after[0].size()) *
+                           static_cast<double>(rec.gears_after[1].size());
+    // The initial 135 cells shrink to the budget at the first update.
+    EXPECT_LE(product, 40) << "update " << update;
+    product_sum += product;
+  }
+  // Not by giving every gear away: the budget is used.
+  EXPECT_GE(product_sum / 30, 20);
+}
+
+TEST(ReplanGraphBudget, ADimensionWithinItsShareNeverGivesWayToOneAboveIts) {
+  // Stationary traffic after the first updates: once within the budget the
+  // policy holds still (no gear traded between the dimensions each update).
+  ReplanOptions o;
+  o.max_graphs = 40;
+  o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  Replanned2D r(o, GearScheme::kIndependent);
+  int changed_after_warmup = 0;
+  for (int update = 1; update <= 40; ++update) {
+    const UpdateRecord rec = r.Run(60, 20);
+    if (update > 15 && rec.changed) ++changed_after_warmup;
+  }
+  EXPECT_LE(changed_after_warmup, 2);
+}
+
+TEST(ReplanGraphBudget, OneDimensionHoldsAtMostMaxGraphsGears) {
+  ReplanOptions o;
+  o.max_graphs = 6;
+  o.cost.compile_seconds = 1e-3;  // every gear pays: only the budget bounds them
+  Replanned r(Seq(), o);
+  for (int update = 1; update <= 5; ++update) {
+    const UpdateRecord rec = r.Run(60, 20, Mixture);
+    EXPECT_LE(rec.gears_after[0].size(), 6u) << "update " << update;
+    EXPECT_LE(rec.targets[0].size(), 6u);
+  }
+  // The largest gear stays (the dimension is not splittable).
+  EXPECT_EQ(r.Gears().back(), 16384);
+}
+
+TEST(ReplanGraphBudget, JointCombinationsStayWithinMaxGraphs) {
+  ReplanOptions o;
+  o.max_graphs = 12;
+  o.cost = {.compile_seconds = 1e-3, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  Replanned2D r(o, GearScheme::kJoint);
+  for (int update = 1; update <= 10; ++update) {
+    const UpdateRecord rec = r.Run(60, 20);
+    EXPECT_LE(rec.combinations_after.size(), 12u) << "update " << update;
+  }
+  EXPECT_LE(r.rt->GetSnapshot()->combinations().size(), 12u);
+}
+
 }  // namespace
 }  // namespace gearbox

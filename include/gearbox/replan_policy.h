@@ -66,6 +66,14 @@ struct ReplanOptions {
   // on a graph of its exact size.
   int max_combinations = 256;
   double uncompiled_slowdown = 2.0;
+  // The most compiled graphs the policy plans for one model, whatever the
+  // scheme: independent, the product of the dimensions' gear counts (every
+  // combination may compile); joint and sparse, the compiled combinations
+  // (with max_combinations, the smaller of the two). A set above it (the
+  // initial one, or an older, larger budget) shrinks to it at the next
+  // update, young gears included. 100 is torchair's per-model cap; a CUDA
+  // graph of an LLM's decode step holds tens of MiB.
+  int max_graphs = 100;
 };
 
 GEARBOX_EXPORT absl::Status ValidateReplanOptions(const ReplanOptions& options);

@@ -273,7 +273,8 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
     int64_t max;
   };
   const IntKey integers[] = {{"max_changes_per_update", &o->max_changes_per_update, 1024},
-                             {"max_combinations", &o->max_combinations, 4096}};
+                             {"max_combinations", &o->max_combinations, 4096},
+                             {"max_graphs", &o->max_graphs, 65536}};
   std::set<std::string> allowed;
   for (const auto& k : numbers) allowed.insert(k.key);
   for (const auto& k : integers) allowed.insert(k.key);

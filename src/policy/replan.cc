@@ -1,6 +1,8 @@
 // DecideReplan: the replan policy's update, in order (docs/POLICY.md, "The
 // replan policy"). The steps live in their own files (replan_internal.h).
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "gearbox/replan_policy.h"
 #include "src/policy/replan_internal.h"
@@ -55,6 +57,27 @@ void Finish(const GearSet& gears, UpdateDecision* out) {
   rec.changed = out->changed;
 }
 
+// Each dimension's most gears: max_gears_per_type, and the graph budget
+// (max_graphs): one dimension's gears are its graphs; with the independent
+// scheme every combination of several dimensions' gears may be one (joint
+// and sparse bound their compiled combinations instead).
+std::vector<int> GearCapsOf(const GearSet& gears, const WindowStats& stats,
+                            const std::vector<internal::DimensionCost>& costs,
+                            const AdaptiveOptions& adaptive, const ReplanOptions& o) {
+  const int n = gears.num_dimensions();
+  if (n == 1) return {std::min(adaptive.max_gears_per_type, o.max_graphs)};
+  std::vector<int> caps(static_cast<size_t>(n), adaptive.max_gears_per_type);
+  if (gears.scheme() != GearScheme::kIndependent) return caps;
+  std::vector<std::vector<double>> curves;
+  std::vector<int> current;
+  for (int d = 0; d < n; ++d) {
+    curves.push_back(internal::CostCurve(gears, d, internal::StatsOf(gears, stats, d),
+                                         costs[static_cast<size_t>(d)], adaptive, o));
+    current.push_back(static_cast<int>(gears.gears(d).size()));
+  }
+  return internal::GearCaps(curves, current, o.max_graphs, adaptive.max_gears_per_type);
+}
+
 }  // namespace
 
 UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
@@ -64,9 +87,21 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
   // 1. Each dimension's gears (the grid), priced as its gears' combinations
   // with the others.
   const std::vector<internal::DimensionCost> costs = internal::CostPerDimension(gears, stats, o);
+  const std::vector<int> caps = GearCapsOf(gears, stats, costs, adaptive, o);
   for (int d = 0; d < gears.num_dimensions(); ++d) {
+    internal::GearLimit limit{caps[static_cast<size_t>(d)], adaptive.max_gears_per_type};
+    if (gears.scheme() == GearScheme::kIndependent) {
+      // The others' gears: those already replanned, and the current ones.
+      double others = 1;
+      for (int e = 0; e < gears.num_dimensions(); ++e) {
+        if (e != d)
+          others *= static_cast<double>(e < d ? out.next_gears[e].size() : gears.gears(e).size());
+      }
+      limit.hard_max_gears =
+          std::clamp(static_cast<int>(o.max_graphs / others), 1, adaptive.max_gears_per_type);
+    }
     internal::ReplanDimension(gears, d, internal::StatsOf(gears, stats, d), costs[d], memory,
-                              adaptive, o, now, &out);
+                              adaptive, o, limit, now, &out);
   }
   // 2. Joint and sparse sets: which cells of the new grid are compiled.
   if (gears.scheme() != GearScheme::kIndependent) {

@@ -47,6 +47,7 @@ class CombinationChooser {
         dims_(Cat(current.dimension(0).name, ",", current.dimension(1).name)),
         compile_cost_(m_.alpha * m_.compile_seconds),
         holding_(std::min(o.gear_holding_seconds, compile_cost_)),
+        cap_(static_cast<size_t>(std::min(o.max_combinations, o.max_graphs))),
         ratio_(current.cover_ratio()) {
     double observed = 0;
     for (const DimensionStats& ds : stats.dimensions)
@@ -177,9 +178,19 @@ class CombinationChooser {
   // than holding one graph if it ran elsewhere. Those that are no cell's
   // best lose nothing and go together; others one at a time, least first,
   // at most max_changes_per_update an update.
+  size_t InUse() const {
+    size_t in_use = 0;
+    for (char x : in_set_) in_use += x ? 1 : 0;
+    return in_use;
+  }
+
+  // Above the cap (replan.max_combinations, replan.max_graphs) the least
+  // useful go, young ones too, however many rounds it takes.
   void Drop() {
     int dropped = 0;
-    for (int round = 0; round <= o_.max_changes_per_update; ++round) {
+    for (int round = 0;; ++round) {
+      const bool over = InUse() > cap_;
+      if (round > o_.max_changes_per_update && !over) break;
       Assign();
       std::vector<double> loss(n0_ * n1_, 0.0);
       for (size_t c : traffic_) {
@@ -195,7 +206,8 @@ class CombinationChooser {
         // or not (unless memory is high): the traffic of a cell comes and
         // goes within minutes, and recompiling it is the churn to avoid.
         auto c = created_.find(Combination(k));
-        if (!memory_.high && c != created_.end() && now_ - c->second < o_.min_gear_lifetime_seconds)
+        if (!memory_.high && !over && c != created_.end() &&
+            now_ - c->second < o_.min_gear_lifetime_seconds)
           continue;
         if (loss[k] <= 0) {
           go.push_back(k);
@@ -203,8 +215,10 @@ class CombinationChooser {
           least = static_cast<int64_t>(k);
         }
       }
-      if (go.empty() && least >= 0 && round < o_.max_changes_per_update &&
-          (loss[static_cast<size_t>(least)] < holding_ || (memory_.high && dropped == 0))) {
+      if (go.empty() && least >= 0 &&
+          ((round < o_.max_changes_per_update &&
+            (loss[static_cast<size_t>(least)] < holding_ || (memory_.high && dropped == 0))) ||
+           over)) {
         go.push_back(static_cast<size_t>(least));
       }
       if (go.empty()) break;
@@ -213,10 +227,10 @@ class CombinationChooser {
         ++dropped;
         out_->record.changes.push_back(
             {dims_, ChangeAction::kDrop, 0, 0, -loss[k], 0.0, -loss[k],
-             loss[k] <= 0 ? "no traffic of the window runs best on it"
-             : memory_.high && loss[k] >= holding_
-                 ? "memory is high"
-                 : "its traffic loses less than holding one graph elsewhere",
+             loss[k] <= 0         ? "no traffic of the window runs best on it"
+             : loss[k] < holding_ ? "its traffic loses less than holding one graph elsewhere"
+             : over               ? "the set is above replan.max_graphs"
+                                  : "memory is high",
              Combination(k)});
       }
     }
@@ -265,8 +279,7 @@ class CombinationChooser {
     }
     std::make_heap(queue.begin(), queue.end());
     const double threshold = o_.min_gain_ratio * compile_cost_;
-    size_t in_use = 0;
-    for (char x : in_set_) in_use += x ? 1 : 0;
+    size_t in_use = InUse();
     std::optional<ChangeRecord> declined;
     while (!queue.empty()) {
       std::pop_heap(queue.begin(), queue.end());
@@ -295,7 +308,7 @@ class CombinationChooser {
             Combination(k)};
         break;
       }
-      if (static_cast<int>(in_use) >= o_.max_combinations) {
+      if (in_use >= cap_) {
         declined = ChangeRecord{dims_,
                                 ChangeAction::kCompile,
                                 0,
@@ -303,7 +316,9 @@ class CombinationChooser {
                                 raw_gain,
                                 compile_cost_,
                                 raw_gain - compile_cost_,
-                                "the gear set is at replan.max_combinations",
+                                o_.max_graphs < o_.max_combinations
+                                    ? "the gear set is at replan.max_graphs"
+                                    : "the gear set is at replan.max_combinations",
                                 Combination(k)};
         break;
       }
@@ -335,6 +350,7 @@ class CombinationChooser {
   const std::string dims_;
   const double compile_cost_;
   const double holding_;
+  const size_t cap_;  // most compiled combinations: max_combinations, max_graphs
   const double ratio_;
   double scale_ = 0;
   std::vector<double> cell_volume_, cell_run_, cell_memory_;

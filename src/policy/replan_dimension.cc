@@ -27,9 +27,10 @@ struct Move {
 // The target: the cost model's optimum on the window (exact DP), then on a
 // non-splittable dimension a tail from the planned top to the largest gear
 // with no gap wider than tail_ratio, reusing the current gears there.
-std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int64_t>& current,
-                                bool keep_max, const DimensionCost& cost, double horizon,
-                                const AdaptiveOptions& adaptive, const ReplanOptions& o) {
+// The planned gears (DP, at most `budget`) and the tail above them.
+std::vector<int64_t> PlanTargetWithin(const Distribution& dist, const std::vector<int64_t>& current,
+                                      bool keep_max, const DimensionCost& cost, double horizon,
+                                      int budget, const ReplanOptions& o) {
   const GearCostModel& m = cost.model;
   const int64_t max_gear = current.back();
   const int64_t plan_top = keep_max ? std::min(dist.max_size(), max_gear) : dist.max_size();
@@ -40,7 +41,7 @@ std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int6
     scaled.beta = m.beta * horizon;  // padding counted over the payback horizon
     scaled.compile_seconds = m.compile_seconds * cost.combinations;
     scaled.gamma = m.gamma * cost.combinations;
-    auto plan = PlanWithCostModel(hist, adaptive.max_gears_per_type, PlanMethod::kDp, scaled);
+    auto plan = PlanWithCostModel(hist, budget, PlanMethod::kDp, scaled);
     if (plan.ok()) target = plan->plan.gears;
   }
   if (keep_max && (target.empty() || target.back() < max_gear)) {
@@ -58,8 +59,24 @@ std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int6
   }
   std::sort(target.begin(), target.end());
   target.erase(std::unique(target.begin(), target.end()), target.end());
-  while (static_cast<int>(target.size()) > adaptive.max_gears_per_type)
-    target.erase(target.begin());
+  return target;
+}
+
+// The target within `max_gears` gears, tail included: the DP gets fewer
+// gears while the tail does not fit beside them; a tail longer than the
+// cap alone loses its smallest rungs.
+std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int64_t>& current,
+                                bool keep_max, const DimensionCost& cost, double horizon,
+                                int max_gears, const ReplanOptions& o) {
+  int budget = max_gears;
+  std::vector<int64_t> target;
+  for (;;) {
+    target = PlanTargetWithin(dist, current, keep_max, cost, horizon, budget, o);
+    const int excess = static_cast<int>(target.size()) - max_gears;
+    if (excess <= 0 || budget == 1) break;
+    budget = std::max(1, budget - excess);
+  }
+  while (static_cast<int>(target.size()) > max_gears) target.erase(target.begin());
   return target;
 }
 
@@ -69,8 +86,8 @@ class DimensionReplanner {
   DimensionReplanner(const DimensionSpec& spec, const DimensionStats& ds, const Distribution& dist,
                      const DimensionCost& cost, double horizon, std::vector<int64_t> current,
                      std::vector<int64_t> target, const MemoryState& memory,
-                     const AdaptiveOptions& adaptive, const ReplanOptions& o, double now, int d,
-                     UpdateDecision* out)
+                     const AdaptiveOptions& adaptive, const ReplanOptions& o, GearLimit limit,
+                     double now, int d, UpdateDecision* out)
       : spec_(spec),
         dist_(dist),
         cost_(cost),
@@ -80,6 +97,8 @@ class DimensionReplanner {
         memory_(memory),
         adaptive_(adaptive),
         o_(o),
+        max_gears_(limit.max_gears),
+        limit_(limit),
         now_(now),
         d_(d),
         out_(out),
@@ -97,7 +116,7 @@ class DimensionReplanner {
 
   void Run() {
     AdoptWholeTarget();
-    while (changes_ < o_.max_changes_per_update && Step()) {
+    while ((changes_ < o_.max_changes_per_update || OverCap()) && Step()) {
     }
     Publish();
   }
@@ -112,9 +131,18 @@ class DimensionReplanner {
            m.gamma * mem * cost_.combinations;
   }
 
+  // Above the cap (GearLimit): gears must go, young ones too, whatever
+  // they cost. A dimension above its share while the whole fits only adds
+  // no more (the share moves with the traffic; no gear goes for that alone).
+  bool OverCap() const {
+    return static_cast<int>(set_.size()) > std::max(max_gears_, limit_.hard_max_gears);
+  }
+  // Additions stop at the share and at what fits beside the others' gears.
+  int AdditionCap() const { return std::min(max_gears_, limit_.hard_max_gears); }
+
   bool Young(int64_t g) const {
     auto it = created_.find(g);
-    return !memory_.high && it != created_.end() &&
+    return !memory_.high && !OverCap() && it != created_.end() &&
            now_ - it->second < o_.min_gear_lifetime_seconds;
   }
 
@@ -148,7 +176,7 @@ class DimensionReplanner {
     }
     const double gain = CostOf(set_) - CostOf(whole);
     const bool fits =
-        static_cast<int>(whole.size()) <= adaptive_.max_gears_per_type &&
+        static_cast<int>(whole.size()) <= std::max<int>(AdditionCap(), set_.size()) &&
         (!memory_.high || static_cast<int>(whole.size()) <= static_cast<int>(set_.size())) &&
         adds <= o_.max_changes_per_update;
     if (!(adds > 0 && fits && gain >= o_.min_gain_ratio * (adds * cost_.compile + readd_extra)))
@@ -237,8 +265,11 @@ class DimensionReplanner {
             ""};
     if (remove && Young(remove))
       mv.why_not = Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
-    if (add && !remove && static_cast<int>(set_.size()) >= adaptive_.max_gears_per_type) {
-      mv.why_not = "the dimension is at max_gears_per_type";
+    if (add && !remove && static_cast<int>(set_.size()) >= AdditionCap()) {
+      mv.why_not = AdditionCap() < adaptive_.max_gears_per_type
+                       ? Cat("the dimension is at its share of replan.max_graphs (", AdditionCap(),
+                             " gears)")
+                       : Cat("the dimension is at max_gears_per_type (", AdditionCap(), ")");
     }
     if (add && !remove && memory_.high && budget_ <= 0)
       mv.why_not = "memory is high: no net additions";
@@ -299,9 +330,9 @@ class DimensionReplanner {
         best_declined = &mv;
       }
     }
-    if (best == nullptr && memory_.high && any_removal) {
-      // Memory pressure: give back the gear whose removal costs least,
-      // within the count floor and the largest-gear rule (why_not).
+    if (best == nullptr && (memory_.high || OverCap()) && any_removal) {
+      // Memory pressure, or above the cap: give back the gear whose removal
+      // costs least, within the count floor and the largest-gear rule (why_not).
       for (const Move& mv : moves) {
         if (mv.action == ChangeAction::kRemove && mv.why_not.empty() &&
             (best == nullptr || mv.gain > best->gain))
@@ -336,8 +367,8 @@ class DimensionReplanner {
     out_->record.changes.push_back(
         {spec_.name, mv.action, mv.add ? mv.add : mv.remove, mv.add && mv.remove ? mv.remove : 0,
          mv.gain, mv.compile, mv.gain - mv.compile,
-         memory_.high && mv.action == ChangeAction::kRemove && mv.gain < 0
-             ? "memory is high"
+         mv.action == ChangeAction::kRemove && mv.gain < -cost_.holding
+             ? (memory_.high ? "memory is high" : "above the dimension's gear cap")
              : "gain clears the hysteresis"});
     ++changes_;
   }
@@ -376,6 +407,8 @@ class DimensionReplanner {
   const MemoryState& memory_;
   const AdaptiveOptions& adaptive_;
   const ReplanOptions& o_;
+  const int max_gears_;
+  const GearLimit limit_;
   const double now_;
   const int d_;
   UpdateDecision* out_;
@@ -391,31 +424,70 @@ class DimensionReplanner {
 
 }  // namespace
 
+namespace {
+
+// The window's distribution of dimension d, or null (recorded) when it is
+// too thin to plan from.
+std::optional<Distribution> PlannableDistribution(const DimensionSpec& spec,
+                                                  const DimensionStats* ds,
+                                                  const DimensionCost& cost, const ReplanOptions& o,
+                                                  UpdateDecision* out) {
+  if (ds == nullptr) return std::nullopt;
+  Distribution dist(ds->sizes, cost.model);
+  if (dist.empty() || dist.total_weight() < o.min_window_weight) {
+    if (out != nullptr) {
+      out->record.declined.push_back(
+          {spec.name, ChangeAction::kNone, 0, 0, 0.0, 0.0, 0.0,
+           Cat("too little traffic in the window (", dist.empty() ? 0.0 : dist.total_weight(),
+               " < min_window_weight)")});
+    }
+    return std::nullopt;
+  }
+  return dist;
+}
+
+}  // namespace
+
+std::vector<double> CostCurve(const GearSet& gears, int d, const DimensionStats* ds,
+                              const DimensionCost& cost, const AdaptiveOptions& adaptive,
+                              const ReplanOptions& o) {
+  const DimensionSpec& spec = gears.dimension(d);
+  std::vector<int64_t> current(gears.gears(d).begin(), gears.gears(d).end());
+  const std::optional<Distribution> dist = PlannableDistribution(spec, ds, cost, o, nullptr);
+  if (!dist.has_value()) return {0.0};
+  const double horizon = HorizonFactor(ds->observed_seconds, adaptive, o);
+  const bool keep_max = !spec.splittable;
+  const size_t wanted =
+      PlanTarget(*dist, current, keep_max, cost, horizon, adaptive.max_gears_per_type, o).size();
+  std::vector<double> curve;
+  for (size_t k = 1; k <= wanted; ++k) {
+    const std::vector<int64_t> target =
+        PlanTarget(*dist, current, keep_max, cost, horizon, static_cast<int>(k), o);
+    curve.push_back(cost.model.beta * horizon * dist->Padding(target, spec.splittable) +
+                    cost.compile * static_cast<double>(target.size()));
+  }
+  return curve;
+}
+
 void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
                      const DimensionCost& cost, const MemoryState& memory,
-                     const AdaptiveOptions& adaptive, const ReplanOptions& o, double now,
-                     UpdateDecision* out) {
+                     const AdaptiveOptions& adaptive, const ReplanOptions& o, GearLimit limit,
+                     double now, UpdateDecision* out) {
   const DimensionSpec& spec = gears.dimension(d);
   std::vector<int64_t> current(gears.gears(d).begin(), gears.gears(d).end());
   out->next_gears[d] = current;
-  if (ds == nullptr) return;
-  const Distribution dist(ds->sizes, cost.model);
-  if (dist.empty() || dist.total_weight() < o.min_window_weight) {
-    out->record.declined.push_back(
-        {spec.name, ChangeAction::kNone, 0, 0, 0.0, 0.0, 0.0,
-         Cat("too little traffic in the window (", dist.empty() ? 0.0 : dist.total_weight(),
-             " < min_window_weight)")});
-    return;
-  }
+  const std::optional<Distribution> dist = PlannableDistribution(spec, ds, cost, o, out);
+  if (!dist.has_value()) return;
   // The window's decayed weights stand for this many seconds of traffic
   // (only the part of the window that has traffic yet); window padding
   // times `horizon` is padding over the payback horizon.
   const double horizon = HorizonFactor(ds->observed_seconds, adaptive, o);
   const bool keep_max = !spec.splittable;
-  std::vector<int64_t> target = PlanTarget(dist, current, keep_max, cost, horizon, adaptive, o);
+  std::vector<int64_t> target =
+      PlanTarget(*dist, current, keep_max, cost, horizon, limit.max_gears, o);
   out->record.targets[d] = target;
-  DimensionReplanner(spec, *ds, dist, cost, horizon, std::move(current), std::move(target), memory,
-                     adaptive, o, now, d, out)
+  DimensionReplanner(spec, *ds, *dist, cost, horizon, std::move(current), std::move(target), memory,
+                     adaptive, o, limit, now, d, out)
       .Run();
 }
 

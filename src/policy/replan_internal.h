@@ -8,6 +8,7 @@
 #define GEARBOX_SRC_POLICY_REPLAN_INTERNAL_H_
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "gearbox/replan_policy.h"
@@ -67,14 +68,40 @@ std::vector<DimensionCost> CostPerDimension(const GearSet& gears, const WindowSt
 // The statistics of dimension d of `gears`, or nullptr when the window has none.
 const DimensionStats* StatsOf(const GearSet& gears, const WindowStats& stats, int d);
 
-// One dimension: plans the target, adopts it whole when that pays, else
-// moves toward it one change at a time. Fills out->next_gears[d],
-// out->added[d], out->removed[d] and the record's targets, changes,
-// declined and verdicts.
+// The graph budget (ReplanOptions::max_graphs) as gear caps for the
+// independent scheme with several dimensions, whose every combination may
+// compile: caps whose product is at most `budget`. cost_curves[d][k - 1] is
+// dimension d's modelled cost (padding over the horizon plus compiles) with
+// k gears, for k up to the gears its target wants (CostCurve). From one gear
+// each, the dimension whose next gear saves most per unit of the budget's
+// logarithm gets it, while the product fits; room left then goes to
+// dimensions that hold more gears (`current`) than their cap, so that the
+// hysteresis band keeps them. Every cap is in [1, max_per_dimension]. Pure.
+std::vector<int> GearCaps(std::span<const std::vector<double>> cost_curves,
+                          std::span<const int> current, int budget, int max_per_dimension);
+
+// Dimension d's cost curve for GearCaps: the modelled cost of its target
+// at 1, 2, ... gears, up to what the target wants uncapped; {0} (one gear,
+// no cost) when the window says nothing about it.
+std::vector<double> CostCurve(const GearSet& gears, int d, const DimensionStats* ds,
+                              const DimensionCost& cost, const AdaptiveOptions& adaptive,
+                              const ReplanOptions& o);
+
+// How many gears a dimension may hold in this update.
+struct GearLimit {
+  // Additions stop here: max_gears_per_type, or the dimension's share of
+  // max_graphs (GearCaps).
+  int max_gears = 64;
+  // Above both this and max_gears, gears go (young ones too) until it holds:
+  // max_gears_per_type, or with the independent scheme the most that fit
+  // max_graphs beside the other dimensions' gears.
+  int hard_max_gears = 64;
+};
+
 void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
                      const DimensionCost& cost, const MemoryState& memory,
-                     const AdaptiveOptions& adaptive, const ReplanOptions& o, double now,
-                     UpdateDecision* out);
+                     const AdaptiveOptions& adaptive, const ReplanOptions& o, GearLimit limit,
+                     double now, UpdateDecision* out);
 
 // Joint and sparse gear sets: which cells of the next grid
 // (out->next_gears) are compiled combinations. Fills out->next_combinations

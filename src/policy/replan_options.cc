@@ -34,6 +34,10 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
     return internal::InvalidFieldValue("replan.max_combinations", o.max_combinations,
                                        "an integer in [1, 4096]");
   }
+  if (o.max_graphs < 1 || o.max_graphs > 65536) {
+    return internal::InvalidFieldValue("replan.max_graphs", o.max_graphs,
+                                       "an integer in [1, 65536]");
+  }
   if (!(std::isfinite(o.warmup_check_seconds) && o.warmup_check_seconds > 0)) {
     return internal::InvalidFieldValue("replan.warmup_check_seconds", o.warmup_check_seconds,
                                        "a finite number of seconds > 0");
