@@ -217,6 +217,23 @@ TEST(Replay, ChurnCountsGearsEvictedWithinAnHourOfTheirAddition) {
   EXPECT_THAT(Replay(c, SeqTrace(rows), o).status().message(), HasSubstr("churn_window_seconds"));
 }
 
+TEST(Replay, CompilesPerHourAfterTheFirstHourLeavesTheColdStartOut) {
+  // Static gears [2, 8, 64]: two compile in the first second, one at 5000 s,
+  // over a 3-hour trace: 1 compile in the 2 hours after the first.
+  ReplayOptions o;
+  o.policy = UpdatePolicy::kStatic;
+  auto r = Replay(SeqConfig({2, 8, 64}), SeqTrace({{0, 2}, {1, 8}, {5000, 64}, {10800, 2}}), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->compiles, 3u);
+  EXPECT_DOUBLE_EQ(r->compiles_per_hour, 1.0);
+  EXPECT_DOUBLE_EQ(r->compiles_per_hour_after_first_hour, 0.5);
+  EXPECT_EQ(nlohmann::json::parse(ReplayResultJson(*r))["compiles_per_hour_after_first_hour"], 0.5);
+  // An hour or less has no "after".
+  r = Replay(SeqConfig({2, 8}), SeqTrace({{0, 2}, {3000, 8}}), o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->compiles_per_hour_after_first_hour, 0.0);
+}
+
 TEST(Replay, ReplanPlansAtTheFirstWarmUpCheckWithEnoughTraffic) {
   std::vector<std::pair<double, int64_t>> rows;
   for (double t = 1000; t <= 1200; t += 1) rows.push_back({t, 5});

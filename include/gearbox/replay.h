@@ -106,6 +106,9 @@ struct ReplayResult {
   double padding_waste = 0.0;  // padded / raw - 1
   uint64_t compiles = 0;
   double compiles_per_hour = 0.0;  // compiles / trace hours (at least one hour)
+  // Compiles per hour of traffic after the trace's first hour (the cold
+  // start left out); 0 for a trace of an hour or less.
+  double compiles_per_hour_after_first_hour = 0.0;
   // Churn: gears an update added and a later update evicted within
   // `churn_window_seconds` (3600), and the most add-then-evict cycles one
   // gear went through within any such window.

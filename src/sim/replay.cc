@@ -218,6 +218,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
 
   const size_t rows = trace.rows();
   const size_t progress_step = std::max<size_t>(1, rows / 100);
+  uint64_t compiles_after_first_hour = 0;
   Plan plan;
   std::array<VariantGroup, size_t{1} << kMaxDimensions> variant_groups;
   Combo combo;
@@ -260,6 +261,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
       const std::vector<GraphKey> keys = pool.ConsumeRecentKeys();
       runtime.AttachCleanupKeys({combo.gear, static_cast<size_t>(n)}, keys);
       ++result.compiles;
+      if (t - t0 >= 3600.0) ++compiles_after_first_hour;
       result.peak_graphs = std::max<uint64_t>(result.peak_graphs, graphs.alive.size());
       result.peak_graph_bytes = std::max(result.peak_graph_bytes, graphs.bytes);
     }
@@ -309,6 +311,10 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   }
   result.compiles_per_hour =
       static_cast<double>(result.compiles) / std::max(1.0, result.trace_seconds / 3600.0);
+  if (result.trace_seconds > 3600.0) {
+    result.compiles_per_hour_after_first_hour =
+        static_cast<double>(compiles_after_first_hour) / (result.trace_seconds / 3600.0 - 1.0);
+  }
   result.short_lived_gears = churn.short_lived();
   result.max_gear_cycles_per_hour = churn.MaxCyclesPerWindow();
   result.avg_graphs = graph_count.Mean(static_cast<double>(graphs.alive.size()));
@@ -336,6 +342,7 @@ std::string ReplayResultJson(const ReplayResult& r, int indent) {
   j["raw_volume"] = r.raw_volume;
   j["compiles"] = r.compiles;
   j["compiles_per_hour"] = r.compiles_per_hour;
+  j["compiles_per_hour_after_first_hour"] = r.compiles_per_hour_after_first_hour;
   j["short_lived_gears"] = r.short_lived_gears;
   j["max_gear_cycles_per_hour"] = r.max_gear_cycles_per_hour;
   j["updates"] = r.updates;
