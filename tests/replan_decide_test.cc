@@ -226,10 +226,14 @@ TEST(GearCaps, GivesTheBudgetWhereAGearSavesMost) {
   EXPECT_EQ(caps[1], 2);
 }
 
-TEST(GearCaps, WithinTheBudgetEveryDimensionGetsWhatItWants) {
+TEST(GearCaps, WithinTheBudgetEveryDimensionGetsWhatItWantsAndTheRestIsShared) {
   std::vector<std::vector<double>> curves = {{30, 20, 10}, {50, 25}};
   const std::vector<int> current = {1, 1};
-  EXPECT_THAT(internal::GearCaps(curves, current, 100, 64), ElementsAre(3, 2));
+  // What they want (3 x 2) fits; the room left goes to the smallest cap
+  // first, one gear at a time, while the product fits.
+  EXPECT_THAT(internal::GearCaps(curves, current, 6, 64), ElementsAre(3, 2));
+  EXPECT_THAT(internal::GearCaps(curves, current, 100, 64), ElementsAre(10, 10));
+  EXPECT_THAT(internal::GearCaps(curves, current, 100, 8), ElementsAre(8, 8));
 }
 
 TEST(GearCaps, RoomLeftKeepsGearsADimensionAlreadyHolds) {
@@ -237,9 +241,10 @@ TEST(GearCaps, RoomLeftKeepsGearsADimensionAlreadyHolds) {
   // lets it keep them rather than forcing them out.
   std::vector<std::vector<double>> curves = {{30, 20}, {50, 25}};
   const std::vector<int> current = {2, 6};
-  const std::vector<int> caps = internal::GearCaps(curves, current, 24, 64);
-  EXPECT_THAT(caps, ElementsAre(2, 6));
+  EXPECT_THAT(internal::GearCaps(curves, current, 12, 64), ElementsAre(2, 6));
   EXPECT_THAT(internal::GearCaps(curves, current, 8, 64), ElementsAre(2, 4));
+  // Past what they hold, the rest is shared: 24 = 4 x 6.
+  EXPECT_THAT(internal::GearCaps(curves, current, 24, 64), ElementsAre(4, 6));
 }
 
 TEST(GearCaps, EveryCapIsAtLeastOneAndAtMostThePerDimensionMaximum) {

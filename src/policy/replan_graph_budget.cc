@@ -67,6 +67,17 @@ std::vector<int> GearCaps(std::span<const std::vector<double>> cost_curves,
     }
     return best;
   });
+  // Room still left is nobody's in particular: it lets a dimension add a
+  // target gear before the hysteresis band lets an old one go, as without a
+  // budget. The smallest cap first.
+  Raise(&caps, b, [&](const std::vector<int>& k) {
+    int best = -1;
+    for (size_t d = 0; d < n; ++d) {
+      if (k[d] < max_per_dimension && (best < 0 || k[d] < k[static_cast<size_t>(best)]))
+        best = static_cast<int>(d);
+    }
+    return best;
+  });
   return caps;
 }
 

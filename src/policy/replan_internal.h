@@ -76,7 +76,8 @@ const DimensionStats* StatsOf(const GearSet& gears, const WindowStats& stats, in
 // each, the dimension whose next gear saves most per unit of the budget's
 // logarithm gets it, while the product fits; room left then goes to
 // dimensions that hold more gears (`current`) than their cap, so that the
-// hysteresis band keeps them. Every cap is in [1, max_per_dimension]. Pure.
+// hysteresis band keeps them, and what is left after that to the smallest
+// cap, one gear at a time. Every cap is in [1, max_per_dimension]. Pure.
 std::vector<int> GearCaps(std::span<const std::vector<double>> cost_curves,
                           std::span<const int> current, int budget, int max_per_dimension);
 
