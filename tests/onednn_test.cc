@@ -6,7 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -192,7 +195,19 @@ TEST(OneDnn, PaddedAndSplitRunsEqualTheExactShape) {
     const Tensor exact = RunExact(*f.backend, x);
     EXPECT_LT(MaxAbsDiff(y, exact), 1e-5) << "batch " << b << " seq " << s;
   }
-  EXPECT_GT(f.pool.bytes(), 0);
+  // The arena holds the workspaces (one slot: one request at a time), the
+  // pool nothing per gear; the executor reports both per gear.
+  EXPECT_EQ(f.pool.bytes(), 0);
+  int64_t largest = 0;
+  for (const GearMemory& g : f.executor->cached_gear_memory()) {
+    EXPECT_EQ(g.bytes, 0);
+    EXPECT_GT(g.arena_bytes, 0);
+    largest = std::max(largest, g.arena_bytes);
+  }
+  EXPECT_EQ(f.executor->cached_executables(), f.executor->cached_gear_memory().size());
+  EXPECT_EQ(f.backend->arena_usage().slots, 1);
+  EXPECT_EQ(f.executor->GearMemoryBytes(), largest);
+  EXPECT_EQ(f.executor->stats().largest_gear_bytes, largest);
   EXPECT_EQ(f.executor->stats().failed_requests, 0u);
 }
 
@@ -218,6 +233,139 @@ TEST(OneDnn, ConcurrentRunsOnOneGearAreCorrect) {
   EXPECT_EQ(f.executor->stats().compiles, 1u);
 }
 
+// The arena: several gears, interleaved on several threads, give exactly
+// (bit for bit) what the per-gear workspaces give, and the arena holds at
+// most one largest-gear workspace per execution slot.
+TEST(OneDnn, ArenaRunsOfInterleavedGearsOnSeveralThreadsAreBitIdentical) {
+  TransformerBlockOptions po;
+  po.hidden = 32;
+  po.heads = 4;
+  po.shared_arena = false;
+  TransformerBlockOptions ao = po;
+  ao.shared_arena = true;
+  auto per_gear = *MakeOneDnnTransformerBackend(po);
+  auto arena = *MakeOneDnnTransformerBackend(ao);
+  struct Case {
+    int64_t b, s, valid_s;
+  };
+  const Case cases[] = {{1, 8, 8}, {2, 16, 11}, {4, 32, 32}, {3, 5, 2}, {1, 64, 40}, {2, 24, 24}};
+  const int n = static_cast<int>(std::size(cases));
+  std::vector<std::shared_ptr<Executable>> shared_exe;
+  std::vector<Tensor> xs, refs;
+  int64_t largest = 0, second = 0;
+  for (const Case& c : cases) {
+    const int64_t gears[] = {c.b, c.s};
+    const int64_t extent[] = {c.b, c.valid_s};
+    auto own = per_gear->Compile(gears);
+    auto shared = arena->Compile(gears);
+    ASSERT_TRUE(own.ok() && shared.ok());
+    // Same workspace, held per gear or needed from the arena.
+    EXPECT_GT((*own)->bytes(), 0);
+    EXPECT_EQ((*own)->arena_bytes(), 0);
+    EXPECT_EQ((*shared)->bytes(), 0);
+    EXPECT_EQ((*shared)->arena_bytes(), (*own)->bytes());
+    if ((*shared)->arena_bytes() > largest) {
+      second = largest;
+      largest = (*shared)->arena_bytes();
+    } else {
+      second = std::max(second, (*shared)->arena_bytes());
+    }
+    Tensor x(c.b, c.s, 32), y(c.b, c.s, 32);
+    Randomize(&x, static_cast<uint64_t>(c.b * 100 + c.s));
+    const DLTensor in[] = {x.dl};
+    const DLTensor out[] = {y.dl};
+    ASSERT_TRUE((*own)->Run(in, out, {2, gears, extent}).ok());
+    xs.push_back(std::move(x));
+    refs.push_back(std::move(y));
+    shared_exe.push_back(*shared);
+  }
+  for (int i = 0; i < n; ++i) {  // the tensors moved: point their views at their storage
+    xs[static_cast<size_t>(i)].dl.data = xs[static_cast<size_t>(i)].data.data();
+    xs[static_cast<size_t>(i)].dl.shape = xs[static_cast<size_t>(i)].shape.data();
+    refs[static_cast<size_t>(i)].dl.data = refs[static_cast<size_t>(i)].data.data();
+  }
+  EXPECT_EQ(arena->arena_usage().largest_need_bytes, largest);
+  EXPECT_EQ(arena->arena_usage().held_bytes, 0);  // grown at the first run
+  constexpr int kThreads = 4, kRounds = 15;
+  std::atomic<int> identical{0}, runs{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        for (int k = 0; k < n; ++k) {
+          const int g = (k * (t + 1) + r + t) % n;  // each thread its own interleaving
+          const Case& c = cases[g];
+          const int64_t gears[] = {c.b, c.s};
+          const int64_t extent[] = {c.b, c.valid_s};
+          Tensor y(c.b, c.s, 32);
+          const DLTensor in[] = {xs[static_cast<size_t>(g)].dl};
+          const DLTensor out[] = {y.dl};
+          runs.fetch_add(1);
+          if (shared_exe[static_cast<size_t>(g)]->Run(in, out, {2, gears, extent}).ok() &&
+              std::memcmp(y.data.data(), refs[static_cast<size_t>(g)].data.data(),
+                          y.data.size() * sizeof(float)) == 0) {
+            identical.fetch_add(1);
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(runs.load(), kThreads * kRounds * n);
+  EXPECT_EQ(identical.load(), runs.load());
+  const ArenaUsage used = arena->arena_usage();
+  EXPECT_GE(used.slots, 1);
+  EXPECT_LE(used.slots, kThreads);
+  EXPECT_GE(used.held_bytes, largest);  // at least one slot ran the largest gear
+  EXPECT_LE(used.held_bytes, largest * used.slots);
+
+  // Evicting the largest gear shrinks the arena to the next largest.
+  const auto it = std::find_if(shared_exe.begin(), shared_exe.end(),
+                               [&](const auto& e) { return e->arena_bytes() == largest; });
+  ASSERT_NE(it, shared_exe.end());
+  shared_exe.erase(it);
+  EXPECT_EQ(arena->arena_usage().largest_need_bytes, second);
+  EXPECT_LE(arena->arena_usage().held_bytes, second * used.slots);
+  shared_exe.clear();
+  EXPECT_EQ(arena->arena_usage().largest_need_bytes, 0);
+  EXPECT_EQ(arena->arena_usage().held_bytes, 0);
+  EXPECT_EQ(arena->arena_usage().slots, used.slots);  // slots stay, empty
+}
+
+// One slot, gears run one after another: it grows to the larger gear (its
+// buffer replaced, not added to) and serves the smaller one without growing.
+TEST(OneDnn, ArenaSlotGrowsToTheLargestLiveGearOnce) {
+  TransformerBlockOptions o;
+  o.hidden = 32;
+  o.heads = 4;
+  auto backend = *MakeOneDnnTransformerBackend(o);
+  auto run = [](Executable& exe, int64_t b, int64_t s) {
+    const int64_t gears[] = {b, s};
+    Tensor x(b, s, 32), y(b, s, 32);
+    Randomize(&x, 5);
+    const DLTensor in[] = {x.dl};
+    const DLTensor out[] = {y.dl};
+    return exe.Run(in, out, {2, gears, gears});
+  };
+  const int64_t small_gears[] = {1, 8}, large_gears[] = {2, 32};
+  auto small = *backend->Compile(small_gears);
+  ASSERT_TRUE(run(*small, 1, 8).ok());
+  EXPECT_EQ(backend->arena_usage().held_bytes, small->arena_bytes());
+  auto large = *backend->Compile(large_gears);
+  ASSERT_GT(large->arena_bytes(), small->arena_bytes());
+  // A compile registers the need; the slot grows at the next run that needs it.
+  EXPECT_EQ(backend->arena_usage().largest_need_bytes, large->arena_bytes());
+  EXPECT_EQ(backend->arena_usage().held_bytes, small->arena_bytes());
+  ASSERT_TRUE(run(*large, 2, 32).ok());
+  ASSERT_TRUE(run(*small, 1, 8).ok());
+  EXPECT_EQ(backend->arena_usage().held_bytes, large->arena_bytes());
+  EXPECT_EQ(backend->arena_usage().slots, 1);
+  large.reset();  // evicted and released: the free slot shrinks at once
+  EXPECT_EQ(backend->arena_usage().held_bytes, 0);
+  ASSERT_TRUE(run(*small, 1, 8).ok());
+  EXPECT_EQ(backend->arena_usage().held_bytes, small->arena_bytes());
+}
+
 TEST(OneDnn, RegistryAndOptionErrors) {
   ASSERT_TRUE(RegisterBuiltinBackends().ok());
   ASSERT_TRUE(RegisterBuiltinBackends().ok());  // idempotent
@@ -235,6 +383,16 @@ TEST(OneDnn, RegistryAndOptionErrors) {
               HasSubstr("one of: "));
   EXPECT_THAT(BackendRegistry::Global().Create("onednn", {{"hidden", "x"}}).status().message(),
               HasSubstr("hidden: \"x\""));
+  EXPECT_THAT(BackendRegistry::Global().Create("onednn", {{"arena", "2"}}).status().message(),
+              HasSubstr("arena"));
+  auto per_gear = BackendRegistry::Global().Create("onednn", {{"arena", "0"}});
+  ASSERT_TRUE(per_gear.ok()) << per_gear.status();
+  const int64_t gears[] = {1, 4};
+  auto exe = (*per_gear)->Compile(gears);
+  ASSERT_TRUE(exe.ok());
+  EXPECT_GT((*exe)->bytes(), 0);
+  EXPECT_EQ((*exe)->arena_bytes(), 0);
+  EXPECT_EQ((*per_gear)->arena_usage().largest_need_bytes, 0);
 }
 
 }  // namespace

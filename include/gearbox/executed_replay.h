@@ -46,7 +46,29 @@ struct ExecutedReplayResult {
   double compile_seconds = 0.0;
   // Executables the pool released because an update evicted their gear.
   uint64_t released_executables = 0;
+  // Gear memory, the largest after any request: the pool's per-gear bytes
+  // plus the backend's workspace arena (peak_gear_bytes); each of the two
+  // alone (their peaks need not fall after the same request).
   int64_t peak_gear_bytes = 0;
+  int64_t peak_per_gear_bytes = 0;
+  int64_t peak_arena_bytes = 0;
+  int arena_slots = 0;  // the arena's execution slots at the end
+  // The largest bytes + arena bytes of one compiled gear (ExecutorStats::
+  // largest_gear_bytes): peak_arena_bytes / arena_slots against it is the
+  // arena's overhead over one workspace of the largest gear.
+  int64_t largest_gear_bytes = 0;
+  // The process's peak resident set during this replay (VmHWM of
+  // /proc/self/status, reset at the start through /proc/self/clear_refs
+  // when that is allowed: peak_rss_reset), and its resident set when the
+  // replay started (VmRSS): the gears' share is the difference. 0 where
+  // /proc/self/status is unreadable.
+  // The executor's memory predictions before each compile (ExecutorStats).
+  uint64_t memory_predictions = 0;
+  double memory_prediction_mean_error = 0.0;
+  double memory_prediction_max_error = 0.0;
+  int64_t peak_rss_bytes = 0;
+  int64_t start_rss_bytes = 0;
+  bool peak_rss_reset = false;
   // Variants that ran on an executable compiled for them alone because
   // caching it would have passed memory_budget_bytes.
   uint64_t over_budget_runs = 0;
