@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
 
 #include "gearbox/backends/builtin.h"
 #include "gearbox/executor.h"
+#include "gearbox/memory_model.h"
 
 namespace gearbox {
 namespace {
@@ -364,6 +366,65 @@ TEST(OneDnn, ArenaSlotGrowsToTheLargestLiveGearOnce) {
   EXPECT_EQ(backend->arena_usage().held_bytes, 0);
   ASSERT_TRUE(run(*small, 1, 8).ok());
   EXPECT_EQ(backend->arena_usage().held_bytes, small->arena_bytes());
+}
+
+// The memory model on the real block: fitted to three small gears, it
+// predicts the memory of every other gear of the block's range (not yet
+// compiled) within 10 %. The figure quoted in docs/MEMORY.md is this test's
+// output (the largest error, printed).
+double WorstPredictionError(const TransformerBlockOptions& o, int dims,
+                            const std::vector<std::vector<int64_t>>& fit,
+                            const std::vector<std::vector<int64_t>>& unseen) {
+  auto backend = *MakeOneDnnTransformerBackend(o);
+  auto model = GearMemoryModel::Create(
+      {.num_dimensions = dims, .quadratic_dimension = backend->quadratic_memory_dimension()});
+  EXPECT_TRUE(model.ok()) << model.status();
+  auto measure = [&](const std::vector<int64_t>& g) {
+    auto exe = backend->Compile(g);
+    EXPECT_TRUE(exe.ok()) << exe.status();
+    return (*exe)->bytes() + (*exe)->arena_bytes();
+  };
+  for (const auto& g : fit) EXPECT_TRUE(model->Observe(g, measure(g)).ok());
+  double worst = 0;
+  for (const auto& g : unseen) {
+    auto predicted = model->Predict(g);
+    EXPECT_TRUE(predicted.ok()) << predicted.status();
+    const int64_t measured = measure(g);
+    const double error =
+        std::fabs(static_cast<double>(*predicted - measured)) / static_cast<double>(measured);
+    EXPECT_LE(error, 0.10) << "gear " << ::testing::PrintToString(g) << ": predicted " << *predicted
+                           << ", measured " << measured;
+    worst = std::max(worst, error);
+  }
+  return worst;
+}
+
+TEST(OneDnn, MemoryModelPredictsUncompiledGearsWithinTenPercent) {
+  {
+    // The main job's block (hidden 64, 4 heads, sequence only).
+    TransformerBlockOptions o;
+    o.batch_dimension = -1;
+    o.seq_dimension = 0;
+    std::vector<std::vector<int64_t>> unseen;
+    for (int64_t s : {1, 2, 3, 4, 5, 24, 48, 64, 100, 128, 200, 256, 300, 512, 700, 1000, 1024})
+      unseen.push_back({s});
+    const double worst = WorstPredictionError(o, 1, {{8}, {16}, {32}}, unseen);
+    std::printf("memory model, seq 1..1024 (fit on 8, 16, 32): largest error %.2f%%\n",
+                100 * worst);
+  }
+  {
+    // Batch x sequence.
+    TransformerBlockOptions o;
+    o.hidden = 32;
+    o.heads = 4;
+    std::vector<std::vector<int64_t>> unseen;
+    for (int64_t b : {1, 2, 4, 8, 16})
+      for (int64_t s : {1, 4, 16, 64, 128, 256})
+        if (!(b == 1 && s == 16)) unseen.push_back({b, s});
+    const double worst = WorstPredictionError(o, 2, {{1, 8}, {2, 8}, {1, 32}, {1, 16}}, unseen);
+    std::printf("memory model, batch 1..16 x seq 1..256 (fit on 4 gears): largest error %.2f%%\n",
+                100 * worst);
+  }
 }
 
 TEST(OneDnn, RegistryAndOptionErrors) {
