@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <new>
 #include <thread>
 
 #include "src/common/mutex.h"
@@ -47,6 +48,8 @@ struct Shared {
   std::atomic<int> alive{0};
   std::atomic<int> released_while_running{0};
   std::atomic<int64_t> fail_gear{-1};  // compile fails for this SEQLEN gear
+  // How: 0 out of memory (ResourceExhausted), 1 another error, 2 throws std::bad_alloc.
+  std::atomic<int> fail_kind{0};
   std::atomic<bool> throw_on_compile{false};
   Gate compile_gate, run_gate;
 };
@@ -99,8 +102,11 @@ class AffineBackend final : public Backend {
   absl::StatusOr<std::shared_ptr<Executable>> Compile(std::span<const int64_t> gears) override {
     s_->compile_gate.Pass();
     if (s_->throw_on_compile.load()) throw std::runtime_error("compiler crashed");
-    if (gears[1] == s_->fail_gear.load())
+    if (gears[1] == s_->fail_gear.load()) {
+      if (s_->fail_kind.load() == 2) throw std::bad_alloc();
+      if (s_->fail_kind.load() == 1) return absl::InternalError("compiler rejected the gear");
       return absl::ResourceExhaustedError("out of graph memory");
+    }
     s_->compiles.fetch_add(1);
     return std::shared_ptr<Executable>(
         std::make_shared<AffineExecutable>(s_, std::vector<int64_t>(gears.begin(), gears.end())));
@@ -229,9 +235,10 @@ TEST(Executor, ConcurrentMissesCompileOnce) {
 TEST(Executor, FailedCompilesAreReportedAndNotCached) {
   Fixture f;
   f.shared.fail_gear = 8;
+  f.shared.fail_kind = 1;  // not for memory: no fallback
   absl::Status s = f.RunAndCheck(2, 6);
-  EXPECT_THAT(s.message(), HasSubstr("compiling gears (2,8) failed: out of graph memory"));
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("compiling gears (2,8) failed: compiler rejected the gear"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_FALSE(f.RunAndCheck(2, 6).ok());
   EXPECT_EQ(f.executor->stats().compile_failures, 2u);  // tried again: not cached
   EXPECT_EQ(f.executor->cached_executables(), 0u);
@@ -240,6 +247,38 @@ TEST(Executor, FailedCompilesAreReportedAndNotCached) {
   f.shared.throw_on_compile = true;
   EXPECT_THAT(f.RunAndCheck(1, 2).message(), HasSubstr("compile threw: compiler crashed"));
   EXPECT_EQ(f.executor->stats().failed_requests, 3u);
+}
+
+// Fault injection: a compile that runs out of memory (a ResourceExhausted
+// status, or std::bad_alloc thrown) is survived: the variant runs on an
+// executable compiled at its exact sizes, cached nowhere, counted; the
+// outputs are right and no executable outlives its run.
+TEST(Executor, OutOfMemoryCompilesRunAtTheExactSizesUncached) {
+  for (int kind : {0, 2}) {
+    Fixture f;
+    f.shared.fail_gear = 8;
+    f.shared.fail_kind = kind;
+    EXPECT_TRUE(f.RunAndCheck(2, 6).ok()) << kind;   // gear (2,8) fails: runs at (2,6)
+    EXPECT_TRUE(f.RunAndCheck(11, 7).ok()) << kind;  // three chunks, each at its exact sizes
+    const ExecutorStats s = f.executor->stats();
+    EXPECT_EQ(s.out_of_memory_fallbacks, 4u);  // 1 + 3 variants
+    EXPECT_EQ(s.compile_failures, 4u);         // the gear is tried again each time: not cached
+    EXPECT_EQ(s.compiles, 4u);                 // the fallbacks
+    EXPECT_EQ(s.failed_requests, 0u);
+    EXPECT_EQ(f.executor->cached_executables(), 0u);
+    EXPECT_EQ(f.pool.size(), 0u);
+    EXPECT_EQ(f.shared.alive.load(), 0);  // nothing leaked
+    // Already at its exact sizes there is nothing smaller: the request fails, reported.
+    const absl::Status exact = f.RunAndCheck(2, 8);
+    EXPECT_EQ(exact.code(), absl::StatusCode::kResourceExhausted) << exact;
+    EXPECT_THAT(exact.message(), HasSubstr(kind == 2 ? "std::bad_alloc" : "out of graph memory"));
+    EXPECT_EQ(f.executor->stats().failed_requests, 1u);
+    EXPECT_EQ(f.executor->stats().out_of_memory_fallbacks, 4u);
+    // Memory back: the gear compiles and is cached.
+    f.shared.fail_gear = -1;
+    EXPECT_TRUE(f.RunAndCheck(2, 6).ok());
+    EXPECT_EQ(f.executor->cached_executables(), 1u);
+  }
 }
 
 TEST(Executor, EvictionDuringARunWaitsForTheRun) {

@@ -1,7 +1,8 @@
 // GearedExecutor: the whole request path of the seed (§3.1) on real tensors:
 // snapshot -> plan -> transform (pad / split the inputs) -> compile on miss
 // (one compile per gear combination however many threads miss at once;
-// compiled outside every lock; failures reported, never cached) -> run ->
+// compiled outside every lock; failures reported, never cached; a compile
+// out of memory falls back to the variant's exact sizes, uncached) -> run ->
 // record -> recover (slice padding off, concatenate chunks into the
 // outputs). Compiled executables live in the runtime's GraphResourcePool
 // under cleanup keys attached to their gears (§3.4); the executor keeps its
@@ -59,6 +60,12 @@ struct ExecutorStats {
   // Compiled for one run, not cached: caching would have passed
   // graph_memory_budget_bytes.
   uint64_t over_budget_runs = 0;
+  // Variants whose gear's compile ran out of memory (ResourceExhausted,
+  // std::bad_alloc) and that ran instead on an executable compiled for
+  // their exact sizes, cached nowhere (a variant already at its exact sizes
+  // has no smaller fallback: its request fails). The failed compile counts
+  // in compile_failures, the fallback's in compiles.
+  uint64_t out_of_memory_fallbacks = 0;
   // The largest bytes() + arena_bytes() of any executable compiled (the
   // largest single gear's memory had it a workspace of its own).
   int64_t largest_gear_bytes = 0;
@@ -149,7 +156,8 @@ class GEARBOX_EXPORT GearedExecutor {
   static constexpr int kCounterStripes = 16;
   RequestCounters& Counters();
   RequestCounters counters_[kCounterStripes];
-  std::atomic<uint64_t> compiles_{0}, compile_failures_{0}, eager_{0}, over_budget_{0};
+  std::atomic<uint64_t> compiles_{0}, compile_failures_{0}, eager_{0}, over_budget_{0},
+      oom_fallbacks_{0};
   std::atomic<int64_t> over_budget_bytes_{0};   // see OverBudgetBytes
   std::atomic<int64_t> largest_gear_bytes_{0};  // see ExecutorStats::largest_gear_bytes
   std::atomic<uint64_t> compile_nanos_{0};

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <new>
 #include <optional>
 #include <set>
 #include <unordered_set>
@@ -333,6 +334,8 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(
   absl::StatusOr<std::shared_ptr<Executable>> exe;
   try {
     exe = backend_->Compile(gears);
+  } catch (const std::bad_alloc&) {
+    exe = absl::ResourceExhaustedError("out of memory (compile threw std::bad_alloc)");
   } catch (const std::exception& e) {
     exe = absl::InternalError(Cat("compile threw: ", e.what()));
   } catch (...) {
@@ -485,8 +488,11 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
   std::vector<DLTensor>& in_views = (*lease).in_views;
   std::vector<DLTensor>& out_views = (*lease).out_views;
   const Cache::Table* table = cache_->table.load(std::memory_order_seq_cst);  // after the pin
-  plan.ForEachVariant([&](const Variant& v) {
+  plan.ForEachVariant([&](const Variant& planned) {
     if (!status.ok()) return;
+    const Variant* run_as = &planned;
+    std::optional<Variant> exact;  // the out-of-memory fallback's variant
+    const Variant& v = planned;
     const std::span<const int64_t> gears(v.gear, static_cast<size_t>(dims));
     // A hit: the pinned table's reference, no lock, no reference count.
     // Else (eager, miss): a reference of our own for this variant.
@@ -502,6 +508,21 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
       if (v.eager) eager_.fetch_add(1, std::memory_order_relaxed);
       absl::StatusOr<std::shared_ptr<Executable>> compiled =
           v.eager ? Compile(gears) : CompileOnce(gears);
+      // Out of memory compiling the gear: the variant runs at its exact
+      // sizes (padding off, smaller), compiled for it alone, cached nowhere.
+      if (!compiled.ok() && compiled.status().code() == absl::StatusCode::kResourceExhausted &&
+          !v.eager && !std::equal(v.gear, v.gear + dims, v.extent)) {
+        exact = v;
+        exact->eager = true;
+        std::copy(v.extent, v.extent + dims, exact->gear);
+        oom_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+        absl::StatusOr<std::shared_ptr<Executable>> fallback =
+            Compile({exact->gear, static_cast<size_t>(dims)});
+        if (fallback.ok()) {
+          compiled = std::move(fallback);
+          run_as = &*exact;
+        }
+      }
       if (!compiled.ok()) {
         status = compiled.status();
         return;
@@ -511,26 +532,27 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
       // Later variants (a split's chunks share a gear) find it without a lock.
       table = cache_->table.load(std::memory_order_seq_cst);
     }
-    RunShape shape{dims, v.gear, v.extent};
+    const Variant& run = *run_as;
+    RunShape shape{dims, run.gear, run.extent};
     if (zero_copy) {
       status = exe->Run(inputs, outputs, shape);
       return;
     }
     for (size_t i = 0; i < sig.inputs.size() && status.ok(); ++i) {
-      status = Stage(sig.inputs[i], v, /*zero=*/false, &in_stage[i]);
+      status = Stage(sig.inputs[i], run, /*zero=*/false, &in_stage[i]);
       if (status.ok()) {
-        status = GatherChunk(inputs[i], sig.inputs[i].bindings, v, options_.pad_value,
+        status = GatherChunk(inputs[i], sig.inputs[i].bindings, run, options_.pad_value,
                              &in_stage[i].tensor);
       }
       in_views[i] = in_stage[i].tensor;
     }
     for (size_t i = 0; i < sig.outputs.size() && status.ok(); ++i) {
-      status = Stage(sig.outputs[i], v, /*zero=*/true, &out_stage[i]);
+      status = Stage(sig.outputs[i], run, /*zero=*/true, &out_stage[i]);
       out_views[i] = out_stage[i].tensor;
     }
     if (status.ok()) status = exe->Run(in_views, out_views, shape);
     for (size_t i = 0; i < sig.outputs.size() && status.ok(); ++i) {
-      status = ScatterChunk(out_stage[i].tensor, sig.outputs[i].bindings, v, &outputs[i]);
+      status = ScatterChunk(out_stage[i].tensor, sig.outputs[i].bindings, run, &outputs[i]);
     }
   });
   if (status.ok()) {
@@ -566,6 +588,7 @@ ExecutorStats GearedExecutor::stats() const {
   s.eager_variants = eager_.load(std::memory_order_relaxed);
   s.over_budget_runs = over_budget_.load(std::memory_order_relaxed);
   s.largest_gear_bytes = largest_gear_bytes_.load(std::memory_order_relaxed);
+  s.out_of_memory_fallbacks = oom_fallbacks_.load(std::memory_order_relaxed);
   s.memory_predictions = predictions_.load(std::memory_order_relaxed);
   if (s.memory_predictions > 0) {
     s.memory_prediction_mean_error =
