@@ -50,6 +50,8 @@ struct Shared {
   std::atomic<int64_t> fail_gear{-1};  // compile fails for this SEQLEN gear
   // How: 0 out of memory (ResourceExhausted), 1 another error, 2 throws std::bad_alloc.
   std::atomic<int> fail_kind{0};
+  // bytes() of an executable: this many per gear element (B x S), or 100 when 0.
+  std::atomic<int64_t> bytes_per_token{0};
   std::atomic<bool> throw_on_compile{false};
   Gate compile_gate, run_gate;
 };
@@ -60,7 +62,10 @@ class AffineExecutable final : public Executable {
     s_->alive.fetch_add(1);
   }
   ~AffineExecutable() override { s_->alive.fetch_sub(1); }
-  int64_t bytes() const override { return 100; }
+  int64_t bytes() const override {
+    const int64_t per = s_->bytes_per_token.load();
+    return per > 0 ? per * gears_[0] * gears_[1] : 100;
+  }
   absl::Status Release() override {
     if (running_.load() > 0) s_->released_while_running.fetch_add(1);
     return absl::OkStatus();
@@ -143,7 +148,8 @@ struct Fixture {
   AffineBackend backend{&shared};
   std::unique_ptr<GearedExecutor> executor;
   explicit Fixture(GearScheme scheme = GearScheme::kIndependent,
-                   std::vector<GearCombination> combinations = {}, double cover_ratio = 4.0) {
+                   std::vector<GearCombination> combinations = {}, double cover_ratio = 4.0,
+                   ExecutorOptions options = {}) {
     RuntimeOptions o;
     o.clock = &clock;
     o.pool = &pool;
@@ -153,7 +159,7 @@ struct Fixture {
     o.combination_spec.cover_ratio = cover_ratio;
     runtime = *AdaptiveGearRuntime::Create(
         {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {4, 8}, false, true}}, o);
-    executor = *GearedExecutor::Create(runtime.get(), &backend, {});
+    executor = *GearedExecutor::Create(runtime.get(), &backend, options);
   }
   // Runs a request of [b, s, 2] filled with i and checks y = 3x + 1.
   absl::Status RunAndCheck(int64_t b, int64_t s) {
@@ -279,6 +285,41 @@ TEST(Executor, OutOfMemoryCompilesRunAtTheExactSizesUncached) {
     EXPECT_TRUE(f.RunAndCheck(2, 6).ok());
     EXPECT_EQ(f.executor->cached_executables(), 1u);
   }
+}
+
+// With a budget, a gear whose predicted memory would pass it is refused
+// before its compile: never compiled, its variant runs at its exact sizes
+// (uncached), or at the gear when already exact; the pool stays within.
+TEST(Executor, AGearPredictedPastTheBudgetIsNotCompiled) {
+  Fixture f(GearScheme::kIndependent, {}, 4.0, {.graph_memory_budget_bytes = 250});
+  f.shared.bytes_per_token = 10;          // bytes = 10 x B x S: the model fits it exactly
+  ASSERT_TRUE(f.RunAndCheck(1, 3).ok());  // gear (1,4): 40 bytes
+  EXPECT_FALSE(f.executor->PredictGearBytes(std::vector<int64_t>{4, 8}).ok());  // 1 point
+  ASSERT_TRUE(f.RunAndCheck(2, 3).ok());                                        // (2,4): 80
+  ASSERT_TRUE(f.RunAndCheck(1, 7).ok());  // (1,8): 80, predicted from the two before
+  EXPECT_EQ(*f.executor->PredictGearBytes(std::vector<int64_t>{4, 8}), 320);
+  EXPECT_EQ(f.pool.bytes(), 200);
+  EXPECT_EQ(f.shared.compiles.load(), 3);
+  // (4,8) would take the pool to 520 > 250: (4,7) is compiled for the run instead.
+  ASSERT_TRUE(f.RunAndCheck(4, 7).ok());
+  EXPECT_EQ(f.shared.compiles.load(), 4);
+  EXPECT_EQ(f.executor->stats().predicted_over_budget_runs, 1u);
+  EXPECT_EQ(f.executor->stats().over_budget_runs, 0u);  // never compiled, never refused after
+  EXPECT_EQ(f.executor->OverBudgetBytes(), 320);        // reads as pressure
+  EXPECT_EQ(f.executor->cached_executables(), 3u);
+  EXPECT_EQ(f.pool.bytes(), 200);
+  EXPECT_EQ(f.shared.alive.load(), 3);  // the run's executable is gone
+  // Already exact: compiled at the gear for this run, not cached.
+  ASSERT_TRUE(f.RunAndCheck(4, 8).ok());
+  EXPECT_EQ(f.executor->stats().predicted_over_budget_runs, 2u);
+  EXPECT_EQ(f.executor->cached_executables(), 3u);
+  EXPECT_EQ(f.shared.alive.load(), 3);
+  EXPECT_LE(f.pool.bytes(), 250);
+  EXPECT_EQ(f.executor->stats().failed_requests, 0u);
+  // The executor's predictions, each exact: (1,8) from two points, then
+  // (4,7) and (4,8), each before its first compile.
+  EXPECT_EQ(f.executor->stats().memory_predictions, 3u);
+  EXPECT_DOUBLE_EQ(f.executor->stats().memory_prediction_max_error, 0.0);
 }
 
 TEST(Executor, EvictionDuringARunWaitsForTheRun) {

@@ -341,6 +341,15 @@ void PrintExecutedTable(const ReplayFlags& f, const std::vector<ExecutedReplayRe
   if (f.memory_budget_mb > 0) {
     erow("runs over budget (not cached)",
          [](const ExecutedReplayResult& r) { return fmt::format("{}", r.over_budget_runs); });
+    erow("  refused before compile (predicted)", [](const ExecutedReplayResult& r) {
+      return fmt::format("{}", r.predicted_over_budget_runs);
+    });
+  }
+  if (std::any_of(executed.begin(), executed.end(),
+                  [](const ExecutedReplayResult& r) { return r.out_of_memory_fallbacks > 0; })) {
+    erow("out-of-memory compiles run exact", [](const ExecutedReplayResult& r) {
+      return fmt::format("{}", r.out_of_memory_fallbacks);
+    });
   }
   erow("padding waste", [](const ExecutedReplayResult& r) { return Percent(r.padding_waste); });
   erow("failed requests",

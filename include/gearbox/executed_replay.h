@@ -62,6 +62,13 @@ struct ExecutedReplayResult {
   // when that is allowed: peak_rss_reset), and its resident set when the
   // replay started (VmRSS): the gears' share is the difference. 0 where
   // /proc/self/status is unreadable.
+  // Variants whose gear's compile ran out of memory and that ran at their
+  // exact sizes instead (ExecutorStats::out_of_memory_fallbacks).
+  uint64_t out_of_memory_fallbacks = 0;
+  // Variants whose gear was refused before its compile: its predicted
+  // memory would have passed memory_budget_bytes (ExecutorStats::
+  // predicted_over_budget_runs); they ran at their exact sizes, uncached.
+  uint64_t predicted_over_budget_runs = 0;
   // The executor's memory predictions before each compile (ExecutorStats).
   uint64_t memory_predictions = 0;
   double memory_prediction_mean_error = 0.0;

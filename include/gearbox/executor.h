@@ -36,7 +36,13 @@ namespace gearbox {
 struct ExecutorOptions {
   // Value written into padding of every input (converted to its dtype).
   double pad_value = 0.0;
-  // Bytes the gears may hold (0: no limit): the runtime's pool (per-gear
+  // Bytes the gears may hold (0: no limit). Before compiling a gear whose
+  // memory the executor can predict (PredictGearBytes), it refuses the gear
+  // if the prediction would take the gears past the budget: not compiled,
+  // its variant runs on an executable compiled for its exact sizes (or at
+  // the gear, when already exact), uncached
+  // (ExecutorStats::predicted_over_budget_runs). Otherwise, after the
+  // compile: the runtime's pool (per-gear
   // bytes) plus the backend's workspace arena, counted at its bound (largest
   // live gear's arena need x execution slots, or what it holds if more).
   // A compile that would take that past the budget is not cached: its
@@ -66,6 +72,9 @@ struct ExecutorStats {
   // has no smaller fallback: its request fails). The failed compile counts
   // in compile_failures, the fallback's in compiles.
   uint64_t out_of_memory_fallbacks = 0;
+  // Variants whose gear was refused before its compile: its predicted
+  // memory would have passed graph_memory_budget_bytes (see there).
+  uint64_t predicted_over_budget_runs = 0;
   // The largest bytes() + arena_bytes() of any executable compiled (the
   // largest single gear's memory had it a workspace of its own).
   int64_t largest_gear_bytes = 0;
@@ -103,8 +112,9 @@ class GEARBOX_EXPORT GearedExecutor {
 
   ExecutorStats stats() const;
   // Bytes caching the last executable refused for graph_memory_budget_bytes
-  // would have added (its bytes() and the arena's growth), or 0 when none
-  // was, or one was cached within the budget since.
+  // (after its compile, or before it on its prediction) would have added
+  // (its bytes() and the arena's growth), or 0 when none was, or one was
+  // cached within the budget since.
   int64_t OverBudgetBytes() const { return over_budget_bytes_.load(); }
   // Gear combinations with a cached executable (an evicted gear's are
   // dropped by the update that evicts it).
@@ -134,6 +144,10 @@ class GEARBOX_EXPORT GearedExecutor {
   // once (they wait), publishes the result in the table unless its gear was
   // evicted meanwhile; failures are never cached.
   absl::StatusOr<std::shared_ptr<Executable>> CompileOnce(std::span<const int64_t> gears);
+  // Whether the predicted memory of `gears` would take the gears past
+  // graph_memory_budget_bytes (false when there is none or no prediction);
+  // `adds`: what caching it would add (its bytes, or the arena's growth).
+  bool PredictedOverBudget(std::span<const int64_t> gears, int64_t* adds) const;
   // Registers `exe` in the runtime's pool and returns its keys, or nothing
   // when that would take the pool past graph_memory_budget_bytes (counted).
   std::vector<GraphKey> RegisterWithinBudget(const std::shared_ptr<Executable>& exe);
@@ -157,7 +171,7 @@ class GEARBOX_EXPORT GearedExecutor {
   RequestCounters& Counters();
   RequestCounters counters_[kCounterStripes];
   std::atomic<uint64_t> compiles_{0}, compile_failures_{0}, eager_{0}, over_budget_{0},
-      oom_fallbacks_{0};
+      oom_fallbacks_{0}, predicted_over_budget_{0};
   std::atomic<int64_t> over_budget_bytes_{0};   // see OverBudgetBytes
   std::atomic<int64_t> largest_gear_bytes_{0};  // see ExecutorStats::largest_gear_bytes
   std::atomic<uint64_t> compile_nanos_{0};

@@ -377,6 +377,24 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(
   return exe;
 }
 
+bool GearedExecutor::PredictedOverBudget(std::span<const int64_t> gears, int64_t* adds) const {
+  const int64_t budget = options_.graph_memory_budget_bytes;
+  if (budget <= 0) return false;
+  const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
+  if (!predicted.ok()) return false;  // not yet predictable: compile, check after
+  const ArenaUsage arena = backend_->arena_usage();
+  const int64_t pool = runtime_->pool().bytes();
+  if (arena.slots == 0 && arena.largest_need_bytes == 0) {
+    *adds = *predicted;
+    return pool + *predicted > budget;
+  }
+  // An arena in use: the predicted memory is the gear's arena need.
+  const int64_t bound = std::max(
+      arena.held_bytes, std::max(arena.largest_need_bytes, *predicted) * std::max(1, arena.slots));
+  *adds = std::max<int64_t>(0, bound - arena.held_bytes);
+  return pool + bound > budget;
+}
+
 std::vector<GraphKey> GearedExecutor::RegisterWithinBudget(const std::shared_ptr<Executable>& exe) {
   GraphResourcePool& pool = runtime_->pool();
   const int64_t budget = options_.graph_memory_budget_bytes;
@@ -506,19 +524,31 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
     }
     if (exe == nullptr) {
       if (v.eager) eager_.fetch_add(1, std::memory_order_relaxed);
+      const bool exact_sizes = std::equal(v.gear, v.gear + dims, v.extent);
+      // Predicted past the budget: the gear is not compiled; the variant
+      // runs at its exact sizes (or, already there, at the gear), uncached.
+      int64_t adds = 0;
+      const bool refused = !v.eager && PredictedOverBudget(gears, &adds);
+      if (refused) {
+        predicted_over_budget_.fetch_add(1, std::memory_order_relaxed);
+        over_budget_bytes_.store(adds);  // pressure, as a refusal after the compile
+      }
       absl::StatusOr<std::shared_ptr<Executable>> compiled =
-          v.eager ? Compile(gears) : CompileOnce(gears);
-      // Out of memory compiling the gear: the variant runs at its exact
-      // sizes (padding off, smaller), compiled for it alone, cached nowhere.
-      if (!compiled.ok() && compiled.status().code() == absl::StatusCode::kResourceExhausted &&
-          !v.eager && !std::equal(v.gear, v.gear + dims, v.extent)) {
+          absl::FailedPreconditionError("not compiled");
+      if (!refused || exact_sizes)
+        compiled = v.eager || refused ? Compile(gears) : CompileOnce(gears);
+      // Out of memory compiling the gear (or refused): the variant runs at its
+      // exact sizes (padding off, smaller), compiled for it alone, cached nowhere.
+      const bool out_of_memory =
+          !compiled.ok() && compiled.status().code() == absl::StatusCode::kResourceExhausted;
+      if ((refused || out_of_memory) && !compiled.ok() && !v.eager && !exact_sizes) {
         exact = v;
         exact->eager = true;
         std::copy(v.extent, v.extent + dims, exact->gear);
-        oom_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+        if (out_of_memory) oom_fallbacks_.fetch_add(1, std::memory_order_relaxed);
         absl::StatusOr<std::shared_ptr<Executable>> fallback =
             Compile({exact->gear, static_cast<size_t>(dims)});
-        if (fallback.ok()) {
+        if (fallback.ok() || refused) {
           compiled = std::move(fallback);
           run_as = &*exact;
         }
@@ -589,6 +619,7 @@ ExecutorStats GearedExecutor::stats() const {
   s.over_budget_runs = over_budget_.load(std::memory_order_relaxed);
   s.largest_gear_bytes = largest_gear_bytes_.load(std::memory_order_relaxed);
   s.out_of_memory_fallbacks = oom_fallbacks_.load(std::memory_order_relaxed);
+  s.predicted_over_budget_runs = predicted_over_budget_.load(std::memory_order_relaxed);
   s.memory_predictions = predictions_.load(std::memory_order_relaxed);
   if (s.memory_predictions > 0) {
     s.memory_prediction_mean_error =

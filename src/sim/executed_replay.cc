@@ -242,6 +242,8 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   result.compile_seconds = es.compile_seconds;
   result.over_budget_runs = es.over_budget_runs;
   result.largest_gear_bytes = es.largest_gear_bytes;
+  result.out_of_memory_fallbacks = es.out_of_memory_fallbacks;
+  result.predicted_over_budget_runs = es.predicted_over_budget_runs;
   result.memory_predictions = es.memory_predictions;
   result.memory_prediction_mean_error = es.memory_prediction_mean_error;
   result.memory_prediction_max_error = es.memory_prediction_max_error;
@@ -274,6 +276,8 @@ std::string ExecutedReplayResultJson(const ExecutedReplayResult& r, int indent) 
   j["peak_arena_bytes"] = r.peak_arena_bytes;
   j["arena_slots"] = r.arena_slots;
   j["largest_gear_bytes"] = r.largest_gear_bytes;
+  j["out_of_memory_fallbacks"] = r.out_of_memory_fallbacks;
+  j["predicted_over_budget_runs"] = r.predicted_over_budget_runs;
   j["memory_predictions"] = r.memory_predictions;
   j["memory_prediction_mean_error"] = r.memory_prediction_mean_error;
   j["memory_prediction_max_error"] = r.memory_prediction_max_error;
