@@ -10,7 +10,8 @@
 //   plan has variants.
 // - BM_ExecutorThreads/threads:2: the exact case on two threads (no lock
 //   or shared reference count on a hit).
-// - BM_OneDnnCompile/<seq>: compiling one gear (primitives + workspace).
+// - BM_OneDnnCompile/<seq>: compiling one gear (primitives + workspace:
+//   per-gear workspaces; with the arena the workspace comes at the first run).
 // - BM_OneDnnRun/<seq>/<gear>: a request of <seq> tokens run on gear <gear>
 //   (gear == seq: exact; gear > seq: padded).
 // - BM_OneDnnRunBesideLargeGear/<gear>/<arena>: gear <gear> run while gear
@@ -167,7 +168,7 @@ std::unique_ptr<Backend> OneDnn(bool shared_arena = true) {
 }
 
 void BM_OneDnnCompile(benchmark::State& state) {
-  auto backend = OneDnn();
+  auto backend = OneDnn(/*shared_arena=*/false);  // the compile allocates its workspace
   const int64_t gears[] = {state.range(0)};
   int64_t bytes = 0;
   for (auto _ : state) {
