@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -168,7 +169,7 @@ struct OneDnnFixture {
   std::unique_ptr<AdaptiveGearRuntime> runtime;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<GearedExecutor> executor;
-  OneDnnFixture() {
+  explicit OneDnnFixture(bool shared_arena = true) {
     RuntimeOptions o;
     o.clock = &clock;
     o.pool = &pool;
@@ -178,6 +179,7 @@ struct OneDnnFixture {
     TransformerBlockOptions bo;
     bo.hidden = 32;
     bo.heads = 4;
+    bo.shared_arena = shared_arena;
     backend = *MakeOneDnnTransformerBackend(bo);
     executor = *GearedExecutor::Create(runtime.get(), backend.get(), {});
   }
@@ -425,6 +427,62 @@ TEST(OneDnn, MemoryModelPredictsUncompiledGearsWithinTenPercent) {
     std::printf("memory model, batch 1..16 x seq 1..256 (fit on 4 gears): largest error %.2f%%\n",
                 100 * worst);
   }
+}
+
+// Through the executor: requests on three threads while updates evict and
+// re-add a gear (its executable released mid-traffic, the arena shrinking
+// and growing again) give what the per-gear workspaces give, and the arena
+// ends within slots x the largest live gear.
+TEST(OneDnn, ArenaUnderConcurrentRequestsAndEvictionsMatchesPerGearWorkspaces) {
+  OneDnnFixture f;
+  OneDnnFixture per_gear(/*shared_arena=*/false);
+  const std::pair<int64_t, int64_t> shapes[] = {{3, 5}, {2, 31}, {4, 16}, {1, 1}, {9, 8}, {2, 12}};
+  std::vector<Tensor> xs, refs;
+  for (auto [b, s] : shapes) {
+    Tensor x(b, s, 32);
+    Randomize(&x, static_cast<uint64_t>(b * 1000 + s));
+    xs.push_back(x);
+    refs.push_back(RunExact(*per_gear.backend, x));
+  }
+  for (size_t i = 0; i < xs.size(); ++i) {
+    xs[i].dl.data = xs[i].data.data();
+    xs[i].dl.shape = xs[i].shape.data();
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> good{0}, runs{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 12; ++r) {
+        for (size_t k = 0; k < xs.size(); ++k) {
+          const size_t i = (k + static_cast<size_t>(t + r)) % xs.size();
+          Tensor y(xs[i].shape[0], xs[i].shape[1], 32);
+          const DLTensor in[] = {xs[i].dl};
+          const DLTensor out[] = {y.dl};
+          runs.fetch_add(1);
+          if (f.executor->Run(in, out).ok() && MaxAbsDiff(y, refs[i]) < 1e-5) good.fetch_add(1);
+        }
+      }
+    });
+  }
+  // Evict SEQLEN 16 and 32 (the largest), then bring them back, a few times.
+  for (int u = 0; u < 6; ++u) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const std::vector<std::vector<int64_t>> gears =
+        u % 2 == 0 ? std::vector<std::vector<int64_t>>{{1, 2, 4}, {8, 64}}
+                   : std::vector<std::vector<int64_t>>{{1, 2, 4}, {8, 16, 32}};
+    ASSERT_TRUE(f.runtime->CommitUpdate(gears, 0.0).ok());
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), runs.load());
+  EXPECT_EQ(f.executor->stats().failed_requests, 0u);
+  const ArenaUsage used = f.backend->arena_usage();
+  EXPECT_LE(used.slots, 3);
+  EXPECT_LE(used.held_bytes, used.largest_need_bytes * used.slots);
+  int64_t largest = 0;
+  for (const GearMemory& g : f.executor->cached_gear_memory())
+    largest = std::max(largest, g.arena_bytes);
+  EXPECT_EQ(used.largest_need_bytes, largest);  // released gears no longer count
 }
 
 TEST(OneDnn, RegistryAndOptionErrors) {
