@@ -485,6 +485,23 @@ TEST(OneDnn, ArenaUnderConcurrentRequestsAndEvictionsMatchesPerGearWorkspaces) {
   EXPECT_EQ(used.largest_need_bytes, largest);  // released gears no longer count
 }
 
+// The budget probe watching an executor reads the pool plus the arena.
+TEST(OneDnn, BudgetProbeWatchingTheExecutorCountsTheArena) {
+  OneDnnFixture f;
+  Tensor x(2, 12, 32), y(2, 12, 32);
+  Randomize(&x, 4);
+  const DLTensor in[] = {x.dl};
+  const DLTensor out[] = {y.dl};
+  ASSERT_TRUE(f.executor->Run(in, out).ok());  // gear (2, 16)
+  const int64_t held = f.backend->arena_usage().held_bytes;
+  ASSERT_GT(held, 0);
+  EXPECT_EQ(f.pool.bytes(), 0);
+  PoolBudgetMemoryProbe probe(&f.pool, 4 * held);
+  EXPECT_DOUBLE_EQ(*probe.UsageFraction(), 0.0);  // the pool alone
+  probe.Watch(f.executor.get());
+  EXPECT_DOUBLE_EQ(*probe.UsageFraction(), 0.25);  // the pool and the arena
+}
+
 TEST(OneDnn, RegistryAndOptionErrors) {
   ASSERT_TRUE(RegisterBuiltinBackends().ok());
   ASSERT_TRUE(RegisterBuiltinBackends().ok());  // idempotent
