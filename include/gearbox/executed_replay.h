@@ -23,10 +23,12 @@ namespace gearbox {
 struct ExecutedReplayOptions : ReplayRunOptions {
   // Replay at most this many rows (0: all).
   size_t max_requests = 0;
-  // Gear memory budget (0: none): the memory probe reads the pool's bytes
-  // against it (pressure for the policy), and the executor caches no
-  // executable that would take the pool past it (ExecutorOptions::
-  // graph_memory_budget_bytes), so peak_gear_bytes <= the budget.
+  // Gear memory budget (0: none): the memory probe reads the gears' bytes
+  // (the pool plus the backend's arena) against it (pressure for the
+  // policy), and the executor caches no executable that would take them past
+  // it, refusing a gear before its compile when its predicted memory would
+  // (ExecutorOptions::graph_memory_budget_bytes), so peak_gear_bytes <= the
+  // budget.
   int64_t memory_budget_bytes = 0;
   uint64_t seed = 1;  // input data
 };
