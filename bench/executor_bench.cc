@@ -10,9 +10,13 @@
 //   plan has variants.
 // - BM_ExecutorThreads/threads:2: the exact case on two threads (no lock
 //   or shared reference count on a hit).
-// - BM_OneDnnCompile/<seq>: compiling one gear (primitives + workspace).
+// - BM_OneDnnCompile/<seq>: compiling one gear (primitives + workspace:
+//   per-gear workspaces; with the arena the workspace comes at the first run).
 // - BM_OneDnnRun/<seq>/<gear>: a request of <seq> tokens run on gear <gear>
 //   (gear == seq: exact; gear > seq: padded).
+// - BM_OneDnnRunBesideLargeGear/<gear>/<arena>: gear <gear> run while gear
+//   1024 is live (and ran once), with the workspace arena (1: the slot is
+//   gear 1024's size) or per-gear workspaces (0): what sharing costs a run.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -153,23 +157,24 @@ void BM_ExecutorThreads(benchmark::State& state) {
 }
 BENCHMARK(BM_ExecutorThreads)->Threads(1)->Threads(2)->UseRealTime();
 
-std::unique_ptr<Backend> OneDnn() {
+std::unique_ptr<Backend> OneDnn(bool shared_arena = true) {
   TransformerBlockOptions o;
   o.hidden = 64;
   o.heads = 4;
   o.batch_dimension = -1;
   o.seq_dimension = 0;
+  o.shared_arena = shared_arena;
   return *MakeOneDnnTransformerBackend(o);
 }
 
 void BM_OneDnnCompile(benchmark::State& state) {
-  auto backend = OneDnn();
+  auto backend = OneDnn(/*shared_arena=*/false);  // the compile allocates its workspace
   const int64_t gears[] = {state.range(0)};
   int64_t bytes = 0;
   for (auto _ : state) {
     auto exe = backend->Compile(gears);
     if (!exe.ok()) state.SkipWithError("compile failed");
-    bytes = (*exe)->bytes();
+    bytes = (*exe)->bytes() + (*exe)->arena_bytes();
   }
   state.counters["gear_bytes"] = static_cast<double>(bytes);
 }
@@ -196,6 +201,30 @@ BENCHMARK(BM_OneDnnRun)
     ->Args({512, 512})
     ->Args({1024, 1024})
     ->Args({600, 1024})
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_OneDnnRunBesideLargeGear(benchmark::State& state) {
+  auto backend = OneDnn(state.range(1) != 0);
+  const int64_t large_gears[] = {1024}, gears[] = {state.range(0)};
+  auto large = *backend->Compile(large_gears);
+  auto exe = *backend->Compile(gears);
+  Buffers large_buf(1, 1024, 64), buf(1, gears[0], 64);
+  const DLTensor large_in[] = {large_buf.in}, large_out[] = {large_buf.out};
+  if (!large->Run(large_in, large_out, {1, large_gears, large_gears}).ok())
+    state.SkipWithError("run failed");
+  const DLTensor in[] = {buf.in};
+  const DLTensor out[] = {buf.out};
+  for (auto _ : state) {
+    if (!exe->Run(in, out, {1, gears, gears}).ok()) state.SkipWithError("run failed");
+  }
+  state.counters["workspace_bytes"] =
+      static_cast<double>(large->bytes() + exe->bytes() + backend->arena_usage().held_bytes);
+}
+BENCHMARK(BM_OneDnnRunBesideLargeGear)
+    ->Args({64, 0})
+    ->Args({64, 1})
+    ->Args({256, 0})
+    ->Args({256, 1})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -23,7 +23,7 @@ set(uses_umbrella sim config executor runtime policy stats planners core common)
 # Public headers by layer (a header not listed fails the check: add it here).
 set(headers_common export.h log.h)
 set(headers_core gear_set.h options.h plan.h tensor_ops.h graph_key.h memory_probe.h
-    host_memory_probe.h)
+    host_memory_probe.h memory_model.h)
 set(headers_stats stats.h)
 set(headers_planners planners.h server_config.h)
 set(headers_policy policy.h replan_policy.h update_record.h)

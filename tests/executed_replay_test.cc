@@ -28,16 +28,20 @@ RuntimeConfig SeqConfig(std::vector<int64_t> gears) {
   return c;
 }
 
-// A fresh tiny block per replay: the sequence axis follows SEQLEN, batch 1.
-absl::StatusOr<std::unique_ptr<Backend>> TinyBlock() {
+// A fresh tiny block per replay: the sequence axis follows SEQLEN, batch 1;
+// workspaces in the backend's arena (the default) or per gear.
+absl::StatusOr<std::unique_ptr<Backend>> TinyBlockWith(bool shared_arena) {
   TransformerBlockOptions o;
   o.hidden = 8;
   o.heads = 2;
   o.mlp_ratio = 2;
   o.batch_dimension = -1;
   o.seq_dimension = 0;
+  o.shared_arena = shared_arena;
   return MakeOneDnnTransformerBackend(o);
 }
+absl::StatusOr<std::unique_ptr<Backend>> TinyBlock() { return TinyBlockWith(true); }
+absl::StatusOr<std::unique_ptr<Backend>> TinyBlockPerGear() { return TinyBlockWith(false); }
 
 TEST(ExecutedReplay, StaticPolicyOnAHandCheckedTrace) {
   ExecutedReplayOptions o;
@@ -157,16 +161,80 @@ TEST(ExecutedReplay, MemoryPressureRunsUpdatesEarlyAndHoldsAdditionsToEvictions)
   EXPECT_GT(pressed->padding_waste, relaxed->padding_waste);
 }
 
+// Four gears compiled on first use, one request at a time: per-gear
+// workspaces hold their sum, the arena one workspace of the largest gear.
+TEST(ExecutedReplay, TheArenaHoldsTheLargestGearWherePerGearWorkspacesHoldTheirSum) {
+  std::vector<std::pair<double, int64_t>> rows;
+  const int64_t sizes[] = {2, 30, 5, 16, 2, 30};
+  for (int t = 0; t < 60; ++t) rows.push_back({static_cast<double>(t), sizes[t % 6]});
+  const Trace trace = SeqTrace(rows);
+  ExecutedReplayOptions o;
+  o.policy = UpdatePolicy::kStatic;
+  auto per_gear = ExecutedReplay(SeqConfig({2, 4, 8, 16, 32}), trace, TinyBlockPerGear, o);
+  auto arena = ExecutedReplay(SeqConfig({2, 4, 8, 16, 32}), trace, TinyBlock, o);
+  ASSERT_TRUE(per_gear.ok() && arena.ok());
+  ASSERT_EQ(per_gear->compiles, 4u);  // gears 2, 32, 8, 16
+  ASSERT_EQ(arena->compiles, 4u);
+  EXPECT_EQ(per_gear->largest_gear_bytes, arena->largest_gear_bytes);
+  // Per gear: the sum of the four workspaces, no arena.
+  EXPECT_EQ(per_gear->peak_arena_bytes, 0);
+  EXPECT_EQ(per_gear->arena_slots, 0);
+  EXPECT_EQ(per_gear->peak_gear_bytes, per_gear->peak_per_gear_bytes);
+  EXPECT_GT(per_gear->peak_gear_bytes, per_gear->largest_gear_bytes);
+  // Arena: one slot (one request at a time) of the largest gear's workspace.
+  EXPECT_EQ(arena->peak_per_gear_bytes, 0);
+  EXPECT_EQ(arena->arena_slots, 1);
+  EXPECT_EQ(arena->peak_arena_bytes, arena->largest_gear_bytes);
+  EXPECT_EQ(arena->peak_gear_bytes, arena->largest_gear_bytes);
+  EXPECT_LT(arena->peak_gear_bytes, per_gear->peak_gear_bytes);
+  // The fourth gear was predicted from the first three, within 10 %.
+  EXPECT_EQ(arena->memory_predictions, 1u);
+  EXPECT_LE(arena->memory_prediction_max_error, 0.10);
+  // Peak RSS read from /proc/self/status.
+  EXPECT_GT(arena->start_rss_bytes, 0);
+  EXPECT_GE(arena->peak_rss_bytes, arena->start_rss_bytes);
+  const auto j = nlohmann::json::parse(ExecutedReplayResultJson(*arena));
+  for (const char* key :
+       {"peak_per_gear_bytes", "peak_arena_bytes", "arena_slots", "largest_gear_bytes",
+        "out_of_memory_fallbacks", "predicted_over_budget_runs", "memory_predictions",
+        "memory_prediction_mean_error", "memory_prediction_max_error", "peak_rss_bytes",
+        "start_rss_bytes", "peak_rss_reset"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+}
+
+// The budget with the arena: counted at its bound (largest need x slots),
+// so peak_gear_bytes stays within it too.
+TEST(ExecutedReplay, TheGearMemoryBudgetCountsTheArena) {
+  std::vector<std::pair<double, int64_t>> rows;
+  for (int t = 0; t <= 400; ++t) rows.push_back({static_cast<double>(t), t % 2 ? 3 : 60});
+  const Trace trace = SeqTrace(rows);
+  ExecutedReplayOptions o;
+  o.policy = UpdatePolicy::kStatic;
+  auto unbounded = ExecutedReplay(SeqConfig({4, 64}), trace, TinyBlock, o);
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+  ASSERT_EQ(unbounded->over_budget_runs, 0u);
+  // Room for gear 4's arena need but not gear 64's: 64 runs uncached.
+  o.memory_budget_bytes = unbounded->peak_gear_bytes - 1;
+  auto bounded = ExecutedReplay(SeqConfig({4, 64}), trace, TinyBlock, o);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  EXPECT_LE(bounded->peak_gear_bytes, o.memory_budget_bytes);
+  EXPECT_GT(bounded->peak_gear_bytes, 0);      // gear 4 cached, its slot held
+  EXPECT_EQ(bounded->over_budget_runs, 201u);  // every size-60 request (even t)
+  EXPECT_EQ(bounded->failed_requests, 0u);
+}
+
 TEST(ExecutedReplay, TheGearMemoryBudgetHoldsForGearsCompiledOnFirstUse) {
-  // Unbounded, the update at 300 adds a gear for the size-3 requests and
-  // both executables are cached; a budget below their sum keeps the pool
-  // within it: the gear that does not fit runs uncached, nothing fails.
+  // Per-gear workspaces. Unbounded, the update at 300 adds a gear for the
+  // size-3 requests and both executables are cached; a budget below their
+  // sum keeps the pool within it: the gear that does not fit runs uncached,
+  // nothing fails.
   std::vector<std::pair<double, int64_t>> rows;
   for (int t = 0; t <= 400; ++t) rows.push_back({static_cast<double>(t), 3});
   const Trace trace = SeqTrace(rows);
   ExecutedReplayOptions o;
   o.policy = UpdatePolicy::kAdaptive;
-  auto unbounded = ExecutedReplay(SeqConfig({64}), trace, TinyBlock, o);
+  auto unbounded = ExecutedReplay(SeqConfig({64}), trace, TinyBlockPerGear, o);
   ASSERT_TRUE(unbounded.ok()) << unbounded.status();
   ASSERT_EQ(unbounded->final_gears[0].size(), 2u);
   ASSERT_EQ(unbounded->over_budget_runs, 0u);
@@ -175,7 +243,7 @@ TEST(ExecutedReplay, TheGearMemoryBudgetHoldsForGearsCompiledOnFirstUse) {
   // pressure and adds the gear, whose compile then finds the budget full.
   RuntimeConfig config = SeqConfig({64});
   config.adaptive.device_memory_usage_threshold_ratio = 0.999;
-  auto bounded = ExecutedReplay(config, trace, TinyBlock, o);
+  auto bounded = ExecutedReplay(config, trace, TinyBlockPerGear, o);
   ASSERT_TRUE(bounded.ok()) << bounded.status();
   EXPECT_LE(bounded->peak_gear_bytes, o.memory_budget_bytes);
   EXPECT_GT(bounded->over_budget_runs, 0u);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <new>
 #include <thread>
 
 #include "src/common/mutex.h"
@@ -47,6 +48,10 @@ struct Shared {
   std::atomic<int> alive{0};
   std::atomic<int> released_while_running{0};
   std::atomic<int64_t> fail_gear{-1};  // compile fails for this SEQLEN gear
+  // How: 0 out of memory (ResourceExhausted), 1 another error, 2 throws std::bad_alloc.
+  std::atomic<int> fail_kind{0};
+  // bytes() of an executable: this many per gear element (B x S), or 100 when 0.
+  std::atomic<int64_t> bytes_per_token{0};
   std::atomic<bool> throw_on_compile{false};
   Gate compile_gate, run_gate;
 };
@@ -57,7 +62,10 @@ class AffineExecutable final : public Executable {
     s_->alive.fetch_add(1);
   }
   ~AffineExecutable() override { s_->alive.fetch_sub(1); }
-  int64_t bytes() const override { return 100; }
+  int64_t bytes() const override {
+    const int64_t per = s_->bytes_per_token.load();
+    return per > 0 ? per * gears_[0] * gears_[1] : 100;
+  }
   absl::Status Release() override {
     if (running_.load() > 0) s_->released_while_running.fetch_add(1);
     return absl::OkStatus();
@@ -99,8 +107,11 @@ class AffineBackend final : public Backend {
   absl::StatusOr<std::shared_ptr<Executable>> Compile(std::span<const int64_t> gears) override {
     s_->compile_gate.Pass();
     if (s_->throw_on_compile.load()) throw std::runtime_error("compiler crashed");
-    if (gears[1] == s_->fail_gear.load())
+    if (gears[1] == s_->fail_gear.load()) {
+      if (s_->fail_kind.load() == 2) throw std::bad_alloc();
+      if (s_->fail_kind.load() == 1) return absl::InternalError("compiler rejected the gear");
       return absl::ResourceExhaustedError("out of graph memory");
+    }
     s_->compiles.fetch_add(1);
     return std::shared_ptr<Executable>(
         std::make_shared<AffineExecutable>(s_, std::vector<int64_t>(gears.begin(), gears.end())));
@@ -137,7 +148,8 @@ struct Fixture {
   AffineBackend backend{&shared};
   std::unique_ptr<GearedExecutor> executor;
   explicit Fixture(GearScheme scheme = GearScheme::kIndependent,
-                   std::vector<GearCombination> combinations = {}, double cover_ratio = 4.0) {
+                   std::vector<GearCombination> combinations = {}, double cover_ratio = 4.0,
+                   ExecutorOptions options = {}) {
     RuntimeOptions o;
     o.clock = &clock;
     o.pool = &pool;
@@ -147,7 +159,7 @@ struct Fixture {
     o.combination_spec.cover_ratio = cover_ratio;
     runtime = *AdaptiveGearRuntime::Create(
         {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {4, 8}, false, true}}, o);
-    executor = *GearedExecutor::Create(runtime.get(), &backend, {});
+    executor = *GearedExecutor::Create(runtime.get(), &backend, options);
   }
   // Runs a request of [b, s, 2] filled with i and checks y = 3x + 1.
   absl::Status RunAndCheck(int64_t b, int64_t s) {
@@ -229,9 +241,10 @@ TEST(Executor, ConcurrentMissesCompileOnce) {
 TEST(Executor, FailedCompilesAreReportedAndNotCached) {
   Fixture f;
   f.shared.fail_gear = 8;
+  f.shared.fail_kind = 1;  // not for memory: no fallback
   absl::Status s = f.RunAndCheck(2, 6);
-  EXPECT_THAT(s.message(), HasSubstr("compiling gears (2,8) failed: out of graph memory"));
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("compiling gears (2,8) failed: compiler rejected the gear"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_FALSE(f.RunAndCheck(2, 6).ok());
   EXPECT_EQ(f.executor->stats().compile_failures, 2u);  // tried again: not cached
   EXPECT_EQ(f.executor->cached_executables(), 0u);
@@ -240,6 +253,73 @@ TEST(Executor, FailedCompilesAreReportedAndNotCached) {
   f.shared.throw_on_compile = true;
   EXPECT_THAT(f.RunAndCheck(1, 2).message(), HasSubstr("compile threw: compiler crashed"));
   EXPECT_EQ(f.executor->stats().failed_requests, 3u);
+}
+
+// Fault injection: a compile that runs out of memory (a ResourceExhausted
+// status, or std::bad_alloc thrown) is survived: the variant runs on an
+// executable compiled at its exact sizes, cached nowhere, counted; the
+// outputs are right and no executable outlives its run.
+TEST(Executor, OutOfMemoryCompilesRunAtTheExactSizesUncached) {
+  for (int kind : {0, 2}) {
+    Fixture f;
+    f.shared.fail_gear = 8;
+    f.shared.fail_kind = kind;
+    EXPECT_TRUE(f.RunAndCheck(2, 6).ok()) << kind;   // gear (2,8) fails: runs at (2,6)
+    EXPECT_TRUE(f.RunAndCheck(11, 7).ok()) << kind;  // three chunks, each at its exact sizes
+    const ExecutorStats s = f.executor->stats();
+    EXPECT_EQ(s.out_of_memory_fallbacks, 4u);  // 1 + 3 variants
+    EXPECT_EQ(s.compile_failures, 4u);         // the gear is tried again each time: not cached
+    EXPECT_EQ(s.compiles, 4u);                 // the fallbacks
+    EXPECT_EQ(s.failed_requests, 0u);
+    EXPECT_EQ(f.executor->cached_executables(), 0u);
+    EXPECT_EQ(f.pool.size(), 0u);
+    EXPECT_EQ(f.shared.alive.load(), 0);  // nothing leaked
+    // Already at its exact sizes there is nothing smaller: the request fails, reported.
+    const absl::Status exact = f.RunAndCheck(2, 8);
+    EXPECT_EQ(exact.code(), absl::StatusCode::kResourceExhausted) << exact;
+    EXPECT_THAT(exact.message(), HasSubstr(kind == 2 ? "std::bad_alloc" : "out of graph memory"));
+    EXPECT_EQ(f.executor->stats().failed_requests, 1u);
+    EXPECT_EQ(f.executor->stats().out_of_memory_fallbacks, 4u);
+    // Memory back: the gear compiles and is cached.
+    f.shared.fail_gear = -1;
+    EXPECT_TRUE(f.RunAndCheck(2, 6).ok());
+    EXPECT_EQ(f.executor->cached_executables(), 1u);
+  }
+}
+
+// With a budget, a gear whose predicted memory would pass it is refused
+// before its compile: never compiled, its variant runs at its exact sizes
+// (uncached), or at the gear when already exact; the pool stays within.
+TEST(Executor, AGearPredictedPastTheBudgetIsNotCompiled) {
+  Fixture f(GearScheme::kIndependent, {}, 4.0, {.graph_memory_budget_bytes = 250});
+  f.shared.bytes_per_token = 10;          // bytes = 10 x B x S: the model fits it exactly
+  ASSERT_TRUE(f.RunAndCheck(1, 3).ok());  // gear (1,4): 40 bytes
+  EXPECT_FALSE(f.executor->PredictGearBytes(std::vector<int64_t>{4, 8}).ok());  // 1 point
+  ASSERT_TRUE(f.RunAndCheck(2, 3).ok());                                        // (2,4): 80
+  ASSERT_TRUE(f.RunAndCheck(1, 7).ok());  // (1,8): 80, predicted from the two before
+  EXPECT_EQ(*f.executor->PredictGearBytes(std::vector<int64_t>{4, 8}), 320);
+  EXPECT_EQ(f.pool.bytes(), 200);
+  EXPECT_EQ(f.shared.compiles.load(), 3);
+  // (4,8) would take the pool to 520 > 250: (4,7) is compiled for the run instead.
+  ASSERT_TRUE(f.RunAndCheck(4, 7).ok());
+  EXPECT_EQ(f.shared.compiles.load(), 4);
+  EXPECT_EQ(f.executor->stats().predicted_over_budget_runs, 1u);
+  EXPECT_EQ(f.executor->stats().over_budget_runs, 0u);  // never compiled, never refused after
+  EXPECT_EQ(f.executor->OverBudgetBytes(), 320);        // reads as pressure
+  EXPECT_EQ(f.executor->cached_executables(), 3u);
+  EXPECT_EQ(f.pool.bytes(), 200);
+  EXPECT_EQ(f.shared.alive.load(), 3);  // the run's executable is gone
+  // Already exact: compiled at the gear for this run, not cached.
+  ASSERT_TRUE(f.RunAndCheck(4, 8).ok());
+  EXPECT_EQ(f.executor->stats().predicted_over_budget_runs, 2u);
+  EXPECT_EQ(f.executor->cached_executables(), 3u);
+  EXPECT_EQ(f.shared.alive.load(), 3);
+  EXPECT_LE(f.pool.bytes(), 250);
+  EXPECT_EQ(f.executor->stats().failed_requests, 0u);
+  // The executor's predictions, each exact: (1,8) from two points, then
+  // (4,7) and (4,8), each before its first compile.
+  EXPECT_EQ(f.executor->stats().memory_predictions, 3u);
+  EXPECT_DOUBLE_EQ(f.executor->stats().memory_prediction_max_error, 0.0);
 }
 
 TEST(Executor, EvictionDuringARunWaitsForTheRun) {

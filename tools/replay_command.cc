@@ -321,13 +321,43 @@ void PrintExecutedTable(const ReplayFlags& f, const std::vector<ExecutedReplayRe
   erow("peak gear memory (MiB)", [](const ExecutedReplayResult& r) {
     return fmt::format("{:.1f}", static_cast<double>(r.peak_gear_bytes) / (1 << 20));
   });
+  auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  erow("  per gear / arena (MiB)", [&](const ExecutedReplayResult& r) {
+    return fmt::format("{:.1f} / {:.1f}", mib(r.peak_per_gear_bytes), mib(r.peak_arena_bytes));
+  });
+  erow("  arena slots x largest gear (MiB)", [&](const ExecutedReplayResult& r) {
+    return fmt::format("{} x {:.1f}", r.arena_slots, mib(r.largest_gear_bytes));
+  });
+  erow("memory prediction error mean / max", [](const ExecutedReplayResult& r) {
+    return r.memory_predictions == 0
+               ? std::string("-")
+               : fmt::format("{} / {}", Percent(r.memory_prediction_mean_error),
+                             Percent(r.memory_prediction_max_error));
+  });
+  erow("peak RSS (MiB, at start)", [&](const ExecutedReplayResult& r) {
+    return fmt::format("{:.0f} ({:.0f}){}", mib(r.peak_rss_bytes), mib(r.start_rss_bytes),
+                       r.peak_rss_reset ? "" : "*");
+  });
   if (f.memory_budget_mb > 0) {
     erow("runs over budget (not cached)",
          [](const ExecutedReplayResult& r) { return fmt::format("{}", r.over_budget_runs); });
+    erow("  refused before compile (predicted)", [](const ExecutedReplayResult& r) {
+      return fmt::format("{}", r.predicted_over_budget_runs);
+    });
+  }
+  if (std::any_of(executed.begin(), executed.end(),
+                  [](const ExecutedReplayResult& r) { return r.out_of_memory_fallbacks > 0; })) {
+    erow("out-of-memory compiles run exact", [](const ExecutedReplayResult& r) {
+      return fmt::format("{}", r.out_of_memory_fallbacks);
+    });
   }
   erow("padding waste", [](const ExecutedReplayResult& r) { return Percent(r.padding_waste); });
   erow("failed requests",
        [](const ExecutedReplayResult& r) { return fmt::format("{}", r.failed_requests); });
+  if (std::any_of(executed.begin(), executed.end(),
+                  [](const ExecutedReplayResult& r) { return !r.peak_rss_reset; })) {
+    t += "  * peak RSS since the process started (/proc/self/clear_refs not writable)\n";
+  }
   std::fputs(t.c_str(), stdout);
   for (const ExecutedReplayResult& r : executed) {
     if (r.failed_requests > 0) {

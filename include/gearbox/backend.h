@@ -48,11 +48,25 @@ struct RunShape {
   const int64_t* extent = nullptr;
 };
 
+// A backend's shared workspace arena (all its execution slots together).
+struct ArenaUsage {
+  int64_t held_bytes = 0;          // allocated now, over every slot
+  int64_t largest_need_bytes = 0;  // the largest arena_bytes() of a live executable
+  int slots = 0;                   // execution slots created (most runs in flight at once)
+};
+
 // A model compiled for one gear combination. Registered in the
 // GraphResourcePool (bytes(), Release()). Run may be called from several
 // threads at once.
+//
+// Memory: bytes() is what the executable holds itself, per gear (what its
+// release frees); arena_bytes() is what one run of it needs from its
+// backend's shared workspace arena (Backend::arena_usage), which the arena
+// holds once per execution slot for the largest live gear, not per gear.
 class GEARBOX_EXPORT Executable : public GraphResource {
  public:
+  // Bytes of the backend's arena one run needs (0: none, the default).
+  virtual int64_t arena_bytes() const { return 0; }
   // `inputs` and `outputs` follow the signature, bound axes at the gear sizes.
   virtual absl::Status Run(std::span<const DLTensor> inputs, std::span<const DLTensor> outputs,
                            const RunShape& shape) = 0;
@@ -68,6 +82,12 @@ class GEARBOX_EXPORT Backend {
   // Compiles for `gears` (one size per gear dimension). Thread-safe; may
   // be slow; may fail (the executor reports it and does not cache it).
   virtual absl::StatusOr<std::shared_ptr<Executable>> Compile(std::span<const int64_t> gears) = 0;
+  // The shared workspace arena, now (all zero, the default: no arena).
+  virtual ArenaUsage arena_usage() const { return {}; }
+  // The gear dimension along which a gear's memory grows with the square of
+  // its size (attention scores: the sequence), or -1 (the default): the
+  // memory model's quadratic term (gearbox/memory_model.h).
+  virtual int quadratic_memory_dimension() const { return -1; }
 };
 
 // Backend parameters by name ("hidden" -> "64"); each backend documents its own.

@@ -23,10 +23,12 @@ namespace gearbox {
 struct ExecutedReplayOptions : ReplayRunOptions {
   // Replay at most this many rows (0: all).
   size_t max_requests = 0;
-  // Gear memory budget (0: none): the memory probe reads the pool's bytes
-  // against it (pressure for the policy), and the executor caches no
-  // executable that would take the pool past it (ExecutorOptions::
-  // graph_memory_budget_bytes), so peak_gear_bytes <= the budget.
+  // Gear memory budget (0: none): the memory probe reads the gears' bytes
+  // (the pool plus the backend's arena) against it (pressure for the
+  // policy), and the executor caches no executable that would take them past
+  // it, refusing a gear before its compile when its predicted memory would
+  // (ExecutorOptions::graph_memory_budget_bytes), so peak_gear_bytes <= the
+  // budget.
   int64_t memory_budget_bytes = 0;
   uint64_t seed = 1;  // input data
 };
@@ -46,7 +48,36 @@ struct ExecutedReplayResult {
   double compile_seconds = 0.0;
   // Executables the pool released because an update evicted their gear.
   uint64_t released_executables = 0;
+  // Gear memory, the largest after any request: the pool's per-gear bytes
+  // plus the backend's workspace arena (peak_gear_bytes); each of the two
+  // alone (their peaks need not fall after the same request).
   int64_t peak_gear_bytes = 0;
+  int64_t peak_per_gear_bytes = 0;
+  int64_t peak_arena_bytes = 0;
+  int arena_slots = 0;  // the arena's execution slots at the end
+  // The largest bytes + arena bytes of one compiled gear (ExecutorStats::
+  // largest_gear_bytes): peak_arena_bytes / arena_slots against it is the
+  // arena's overhead over one workspace of the largest gear.
+  int64_t largest_gear_bytes = 0;
+  // The process's peak resident set during this replay (VmHWM of
+  // /proc/self/status, reset at the start through /proc/self/clear_refs
+  // when that is allowed: peak_rss_reset), and its resident set when the
+  // replay started (VmRSS): the gears' share is the difference. 0 where
+  // /proc/self/status is unreadable.
+  // Variants whose gear's compile ran out of memory and that ran at their
+  // exact sizes instead (ExecutorStats::out_of_memory_fallbacks).
+  uint64_t out_of_memory_fallbacks = 0;
+  // Variants whose gear was refused before its compile: its predicted
+  // memory would have passed memory_budget_bytes (ExecutorStats::
+  // predicted_over_budget_runs); they ran at their exact sizes, uncached.
+  uint64_t predicted_over_budget_runs = 0;
+  // The executor's memory predictions before each compile (ExecutorStats).
+  uint64_t memory_predictions = 0;
+  double memory_prediction_mean_error = 0.0;
+  double memory_prediction_max_error = 0.0;
+  int64_t peak_rss_bytes = 0;
+  int64_t start_rss_bytes = 0;
+  bool peak_rss_reset = false;
   // Variants that ran on an executable compiled for them alone because
   // caching it would have passed memory_budget_bytes.
   uint64_t over_budget_runs = 0;

@@ -1,7 +1,8 @@
 // GearedExecutor: the whole request path of the seed (§3.1) on real tensors:
 // snapshot -> plan -> transform (pad / split the inputs) -> compile on miss
 // (one compile per gear combination however many threads miss at once;
-// compiled outside every lock; failures reported, never cached) -> run ->
+// compiled outside every lock; failures reported, never cached; a compile
+// out of memory falls back to the variant's exact sizes, uncached) -> run ->
 // record -> recover (slice padding off, concatenate chunks into the
 // outputs). Compiled executables live in the runtime's GraphResourcePool
 // under cleanup keys attached to their gears (§3.4); the executor keeps its
@@ -35,9 +36,18 @@ namespace gearbox {
 struct ExecutorOptions {
   // Value written into padding of every input (converted to its dtype).
   double pad_value = 0.0;
-  // Bytes the runtime's pool may hold (0: no limit). A compile that would
-  // take the pool past it is not cached: its variant runs on the fresh
-  // executable, which is then dropped (ExecutorStats::over_budget_runs).
+  // Bytes the gears may hold (0: no limit). Before compiling a gear whose
+  // memory the executor can predict (PredictGearBytes), it refuses the gear
+  // if the prediction would take the gears past the budget: not compiled,
+  // its variant runs on an executable compiled for its exact sizes (or at
+  // the gear, when already exact), uncached
+  // (ExecutorStats::predicted_over_budget_runs). Otherwise, after the
+  // compile: the runtime's pool (per-gear
+  // bytes) plus the backend's workspace arena, counted at its bound (largest
+  // live gear's arena need x execution slots, or what it holds if more).
+  // A compile that would take that past the budget is not cached: its
+  // variant runs on the fresh executable, which is then dropped
+  // (ExecutorStats::over_budget_runs).
   // Checked and registered under one lock, so this executor's concurrent
   // compiles cannot together pass it (what others register in the same
   // pool counts against it but is not held back).
@@ -56,6 +66,32 @@ struct ExecutorStats {
   // Compiled for one run, not cached: caching would have passed
   // graph_memory_budget_bytes.
   uint64_t over_budget_runs = 0;
+  // Variants whose gear's compile ran out of memory (ResourceExhausted,
+  // std::bad_alloc) and that ran instead on an executable compiled for
+  // their exact sizes, cached nowhere (a variant already at its exact sizes
+  // has no smaller fallback: its request fails). The failed compile counts
+  // in compile_failures, the fallback's in compiles.
+  uint64_t out_of_memory_fallbacks = 0;
+  // Variants whose gear was refused before its compile: its predicted
+  // memory would have passed graph_memory_budget_bytes (see there).
+  uint64_t predicted_over_budget_runs = 0;
+  // The largest bytes() + arena_bytes() of any executable compiled (the
+  // largest single gear's memory had it a workspace of its own).
+  int64_t largest_gear_bytes = 0;
+  // Predictions of a gear's memory (bytes() + arena_bytes()) made before the
+  // first compile of its combination (PredictGearBytes, from the gears
+  // compiled before it), checked against what it took: how many, and their
+  // mean and largest relative error |predicted - measured| / measured.
+  uint64_t memory_predictions = 0;
+  double memory_prediction_mean_error = 0.0;
+  double memory_prediction_max_error = 0.0;
+};
+
+// One cached gear combination's memory, as its executable reports it.
+struct GearMemory {
+  std::vector<int64_t> gears;  // one size per dimension
+  int64_t bytes = 0;           // per gear (Executable::bytes)
+  int64_t arena_bytes = 0;     // of the backend's arena, per run (Executable::arena_bytes)
 };
 
 class GEARBOX_EXPORT GearedExecutor {
@@ -75,12 +111,26 @@ class GEARBOX_EXPORT GearedExecutor {
   absl::Status Run(std::span<const DLTensor> inputs, std::span<const DLTensor> outputs);
 
   ExecutorStats stats() const;
-  // Bytes of the last executable refused for graph_memory_budget_bytes, or
-  // 0 when none was, or one was cached within the budget since.
+  // Bytes caching the last executable refused for graph_memory_budget_bytes
+  // (after its compile, or before it on its prediction) would have added
+  // (its bytes() and the arena's growth), or 0 when none was, or one was
+  // cached within the budget since.
   int64_t OverBudgetBytes() const { return over_budget_bytes_.load(); }
   // Gear combinations with a cached executable (an evicted gear's are
   // dropped by the update that evicts it).
   size_t cached_executables() const;
+  // The memory of every cached gear combination, ascending by gears.
+  std::vector<GearMemory> cached_gear_memory() const;
+  // What the gears hold now: the pool's bytes plus the backend's arena
+  // (ArenaUsage::held_bytes).
+  int64_t GearMemoryBytes() const;
+  // A gear combination's memory (bytes() + arena_bytes()) predicted before
+  // compiling it: GearMemoryModel (gearbox/memory_model.h) fitted to every
+  // executable this executor compiled (cached or not), with the backend's
+  // quadratic_memory_dimension(). FailedPrecondition until the compiled
+  // gears determine the fit; errors name a bad gear count or size.
+  // Thread-safe.
+  absl::StatusOr<int64_t> PredictGearBytes(std::span<const int64_t> gears) const;
 
  private:
   GearedExecutor(AdaptiveGearRuntime* runtime, Backend* backend, ExecutorOptions options);
@@ -94,6 +144,10 @@ class GEARBOX_EXPORT GearedExecutor {
   // once (they wait), publishes the result in the table unless its gear was
   // evicted meanwhile; failures are never cached.
   absl::StatusOr<std::shared_ptr<Executable>> CompileOnce(std::span<const int64_t> gears);
+  // Whether the predicted memory of `gears` would take the gears past
+  // graph_memory_budget_bytes (false when there is none or no prediction);
+  // `adds`: what caching it would add (its bytes, or the arena's growth).
+  bool PredictedOverBudget(std::span<const int64_t> gears, int64_t* adds) const;
   // Registers `exe` in the runtime's pool and returns its keys, or nothing
   // when that would take the pool past graph_memory_budget_bytes (counted).
   std::vector<GraphKey> RegisterWithinBudget(const std::shared_ptr<Executable>& exe);
@@ -116,16 +170,21 @@ class GEARBOX_EXPORT GearedExecutor {
   static constexpr int kCounterStripes = 16;
   RequestCounters& Counters();
   RequestCounters counters_[kCounterStripes];
-  std::atomic<uint64_t> compiles_{0}, compile_failures_{0}, eager_{0}, over_budget_{0};
-  std::atomic<int64_t> over_budget_bytes_{0};  // see OverBudgetBytes
+  std::atomic<uint64_t> compiles_{0}, compile_failures_{0}, eager_{0}, over_budget_{0},
+      oom_fallbacks_{0}, predicted_over_budget_{0};
+  std::atomic<int64_t> over_budget_bytes_{0};   // see OverBudgetBytes
+  std::atomic<int64_t> largest_gear_bytes_{0};  // see ExecutorStats::largest_gear_bytes
   std::atomic<uint64_t> compile_nanos_{0};
+  // Prediction errors, in parts per million (sum and max), and their count.
+  std::atomic<uint64_t> predictions_{0}, prediction_error_ppm_sum_{0}, prediction_error_ppm_max_{0};
 };
 
 // Memory probe for host backends: the bytes the pool's executables hold
 // against a byte budget (usage = pool bytes / budget).
-// With Watch(executor), the executable that executor last refused to cache
-// for the budget counts too, until one fits again (the demand the budget
-// turned away is pressure, though the pool never held it).
+// With Watch(executor), the bytes are that executor's GearMemoryBytes() (the
+// pool plus its backend's arena), and the executable it last refused to
+// cache for the budget counts too, until one fits again (the demand the
+// budget turned away is pressure, though the pool never held it).
 class GEARBOX_EXPORT PoolBudgetMemoryProbe final : public MemoryProbe {
  public:
   PoolBudgetMemoryProbe(const GraphResourcePool* pool, int64_t budget_bytes)

@@ -6,6 +6,7 @@
 #include "gearbox/gear_set.h"
 #include "gearbox/host_memory_probe.h"
 #include "gearbox/log.h"
+#include "gearbox/memory_model.h"
 #include "gearbox/memory_probe.h"
 #include "gearbox/options.h"
 #include "gearbox/plan.h"

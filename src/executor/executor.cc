@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <iterator>
+#include <new>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
 #include "fmt/ranges.h"
+#include "gearbox/memory_model.h"
 #include "src/common/errors.h"
 #include "src/common/mutex.h"
 #include "src/runtime/epoch.h"
@@ -169,11 +173,22 @@ class GearedExecutor::Cache {
   CondVar compiled;
   std::set<Combo> compiling ABSL_GUARDED_BY(mu);
   std::vector<std::pair<uint64_t, std::unique_ptr<const Table>>> retired ABSL_GUARDED_BY(mu);
+  // The memory model (PredictGearBytes); taken alone.
+  mutable Mutex model_mu;
+  std::optional<GearMemoryModel> model ABSL_GUARDED_BY(model_mu);
 };
 
 GearedExecutor::GearedExecutor(AdaptiveGearRuntime* runtime, Backend* backend,
                                ExecutorOptions options)
     : runtime_(runtime), backend_(backend), options_(options), cache_(std::make_unique<Cache>()) {
+  const int dims = runtime_->num_dimensions();
+  const int q = backend_->quadratic_memory_dimension();
+  auto model = GearMemoryModel::Create(
+      {.num_dimensions = dims, .quadratic_dimension = q >= 0 && q < dims ? q : -1});
+  if (model.ok()) {
+    MutexLock lock(&cache_->model_mu);
+    cache_->model = *std::move(model);
+  }
   listener_ =
       runtime_->AddReleaseListener([this](std::span<const GraphKey> keys) { OnReleased(keys); });
 }
@@ -306,10 +321,21 @@ absl::Status GearedExecutor::CheckTensors(std::span<const DLTensor> inputs,
 
 absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(
     std::span<const int64_t> gears) {
+  // Predicted from the gears compiled before; scored only for a combination
+  // not compiled before (a recompile would find its own point).
+  absl::StatusOr<int64_t> predicted = absl::FailedPreconditionError("seen");
+  {
+    MutexLock lock(&cache_->model_mu);
+    if (cache_->model.has_value() && !cache_->model->Observed(gears)) {
+      predicted = cache_->model->Predict(gears);
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<Executable>> exe;
   try {
     exe = backend_->Compile(gears);
+  } catch (const std::bad_alloc&) {
+    exe = absl::ResourceExhaustedError("out of memory (compile threw std::bad_alloc)");
   } catch (const std::exception& e) {
     exe = absl::InternalError(Cat("compile threw: ", e.what()));
   } catch (...) {
@@ -328,7 +354,45 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(
                             ") failed: ", internal::Message(exe.status())));
   }
   compiles_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t gear_bytes = (*exe)->bytes() + (*exe)->arena_bytes();
+  int64_t largest = largest_gear_bytes_.load(std::memory_order_relaxed);
+  while (gear_bytes > largest && !largest_gear_bytes_.compare_exchange_weak(
+                                     largest, gear_bytes, std::memory_order_relaxed)) {
+  }
+  if (predicted.ok()) {
+    const double error = std::fabs(static_cast<double>(*predicted - gear_bytes)) /
+                         static_cast<double>(std::max<int64_t>(gear_bytes, 1));
+    const auto ppm = static_cast<uint64_t>(std::llround(std::min(error, 1e6) * 1e6));
+    predictions_.fetch_add(1, std::memory_order_relaxed);
+    prediction_error_ppm_sum_.fetch_add(ppm, std::memory_order_relaxed);
+    uint64_t max = prediction_error_ppm_max_.load(std::memory_order_relaxed);
+    while (ppm > max &&
+           !prediction_error_ppm_max_.compare_exchange_weak(max, ppm, std::memory_order_relaxed)) {
+    }
+  }
+  {
+    MutexLock lock(&cache_->model_mu);
+    if (cache_->model.has_value()) (void)cache_->model->Observe(gears, gear_bytes);
+  }
   return exe;
+}
+
+bool GearedExecutor::PredictedOverBudget(std::span<const int64_t> gears, int64_t* adds) const {
+  const int64_t budget = options_.graph_memory_budget_bytes;
+  if (budget <= 0) return false;
+  const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
+  if (!predicted.ok()) return false;  // not yet predictable: compile, check after
+  const ArenaUsage arena = backend_->arena_usage();
+  const int64_t pool = runtime_->pool().bytes();
+  if (arena.slots == 0 && arena.largest_need_bytes == 0) {
+    *adds = *predicted;
+    return pool + *predicted > budget;
+  }
+  // An arena in use: the predicted memory is the gear's arena need.
+  const int64_t bound = std::max(
+      arena.held_bytes, std::max(arena.largest_need_bytes, *predicted) * std::max(1, arena.slots));
+  *adds = std::max<int64_t>(0, bound - arena.held_bytes);
+  return pool + bound > budget;
 }
 
 std::vector<GraphKey> GearedExecutor::RegisterWithinBudget(const std::shared_ptr<Executable>& exe) {
@@ -339,9 +403,16 @@ std::vector<GraphKey> GearedExecutor::RegisterWithinBudget(const std::shared_ptr
     return pool.ConsumeRecentKeys();
   }
   MutexLock lock(&cache_->budget_mu);
-  if (pool.bytes() + exe->bytes() > budget) {
+  // The arena at its bound once this gear is live: its need is registered
+  // (it is compiled), so largest_need_bytes already counts it.
+  const ArenaUsage arena = backend_->arena_usage();
+  const int64_t arena_bound =
+      std::max(arena.held_bytes,
+               std::max(arena.largest_need_bytes, exe->arena_bytes()) * std::max(1, arena.slots));
+  if (pool.bytes() + exe->bytes() + arena_bound > budget) {
     over_budget_.fetch_add(1, std::memory_order_relaxed);
-    over_budget_bytes_.store(exe->bytes());
+    // What caching it would have added (its own bytes and the arena's growth).
+    over_budget_bytes_.store(exe->bytes() + std::max<int64_t>(0, arena_bound - arena.held_bytes));
     return {};
   }
   over_budget_bytes_.store(0);
@@ -435,8 +506,11 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
   std::vector<DLTensor>& in_views = (*lease).in_views;
   std::vector<DLTensor>& out_views = (*lease).out_views;
   const Cache::Table* table = cache_->table.load(std::memory_order_seq_cst);  // after the pin
-  plan.ForEachVariant([&](const Variant& v) {
+  plan.ForEachVariant([&](const Variant& planned) {
     if (!status.ok()) return;
+    const Variant* run_as = &planned;
+    std::optional<Variant> exact;  // the out-of-memory fallback's variant
+    const Variant& v = planned;
     const std::span<const int64_t> gears(v.gear, static_cast<size_t>(dims));
     // A hit: the pinned table's reference, no lock, no reference count.
     // Else (eager, miss): a reference of our own for this variant.
@@ -450,8 +524,35 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
     }
     if (exe == nullptr) {
       if (v.eager) eager_.fetch_add(1, std::memory_order_relaxed);
+      const bool exact_sizes = std::equal(v.gear, v.gear + dims, v.extent);
+      // Predicted past the budget: the gear is not compiled; the variant
+      // runs at its exact sizes (or, already there, at the gear), uncached.
+      int64_t adds = 0;
+      const bool refused = !v.eager && PredictedOverBudget(gears, &adds);
+      if (refused) {
+        predicted_over_budget_.fetch_add(1, std::memory_order_relaxed);
+        over_budget_bytes_.store(adds);  // pressure, as a refusal after the compile
+      }
       absl::StatusOr<std::shared_ptr<Executable>> compiled =
-          v.eager ? Compile(gears) : CompileOnce(gears);
+          absl::FailedPreconditionError("not compiled");
+      if (!refused || exact_sizes)
+        compiled = v.eager || refused ? Compile(gears) : CompileOnce(gears);
+      // Out of memory compiling the gear (or refused): the variant runs at its
+      // exact sizes (padding off, smaller), compiled for it alone, cached nowhere.
+      const bool out_of_memory =
+          !compiled.ok() && compiled.status().code() == absl::StatusCode::kResourceExhausted;
+      if ((refused || out_of_memory) && !compiled.ok() && !v.eager && !exact_sizes) {
+        exact = v;
+        exact->eager = true;
+        std::copy(v.extent, v.extent + dims, exact->gear);
+        if (out_of_memory) oom_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+        absl::StatusOr<std::shared_ptr<Executable>> fallback =
+            Compile({exact->gear, static_cast<size_t>(dims)});
+        if (fallback.ok() || refused) {
+          compiled = std::move(fallback);
+          run_as = &*exact;
+        }
+      }
       if (!compiled.ok()) {
         status = compiled.status();
         return;
@@ -461,26 +562,27 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
       // Later variants (a split's chunks share a gear) find it without a lock.
       table = cache_->table.load(std::memory_order_seq_cst);
     }
-    RunShape shape{dims, v.gear, v.extent};
+    const Variant& run = *run_as;
+    RunShape shape{dims, run.gear, run.extent};
     if (zero_copy) {
       status = exe->Run(inputs, outputs, shape);
       return;
     }
     for (size_t i = 0; i < sig.inputs.size() && status.ok(); ++i) {
-      status = Stage(sig.inputs[i], v, /*zero=*/false, &in_stage[i]);
+      status = Stage(sig.inputs[i], run, /*zero=*/false, &in_stage[i]);
       if (status.ok()) {
-        status = GatherChunk(inputs[i], sig.inputs[i].bindings, v, options_.pad_value,
+        status = GatherChunk(inputs[i], sig.inputs[i].bindings, run, options_.pad_value,
                              &in_stage[i].tensor);
       }
       in_views[i] = in_stage[i].tensor;
     }
     for (size_t i = 0; i < sig.outputs.size() && status.ok(); ++i) {
-      status = Stage(sig.outputs[i], v, /*zero=*/true, &out_stage[i]);
+      status = Stage(sig.outputs[i], run, /*zero=*/true, &out_stage[i]);
       out_views[i] = out_stage[i].tensor;
     }
     if (status.ok()) status = exe->Run(in_views, out_views, shape);
     for (size_t i = 0; i < sig.outputs.size() && status.ok(); ++i) {
-      status = ScatterChunk(out_stage[i].tensor, sig.outputs[i].bindings, v, &outputs[i]);
+      status = ScatterChunk(out_stage[i].tensor, sig.outputs[i].bindings, run, &outputs[i]);
     }
   });
   if (status.ok()) {
@@ -515,6 +617,17 @@ ExecutorStats GearedExecutor::stats() const {
   s.compile_seconds = static_cast<double>(compile_nanos_.load(std::memory_order_relaxed)) * 1e-9;
   s.eager_variants = eager_.load(std::memory_order_relaxed);
   s.over_budget_runs = over_budget_.load(std::memory_order_relaxed);
+  s.largest_gear_bytes = largest_gear_bytes_.load(std::memory_order_relaxed);
+  s.out_of_memory_fallbacks = oom_fallbacks_.load(std::memory_order_relaxed);
+  s.predicted_over_budget_runs = predicted_over_budget_.load(std::memory_order_relaxed);
+  s.memory_predictions = predictions_.load(std::memory_order_relaxed);
+  if (s.memory_predictions > 0) {
+    s.memory_prediction_mean_error =
+        static_cast<double>(prediction_error_ppm_sum_.load(std::memory_order_relaxed)) * 1e-6 /
+        static_cast<double>(s.memory_predictions);
+    s.memory_prediction_max_error =
+        static_cast<double>(prediction_error_ppm_max_.load(std::memory_order_relaxed)) * 1e-6;
+  }
   return s;
 }
 
@@ -523,13 +636,35 @@ size_t GearedExecutor::cached_executables() const {
   return cache_->table.load(std::memory_order_relaxed)->slots.size();
 }
 
+std::vector<GearMemory> GearedExecutor::cached_gear_memory() const {
+  std::vector<GearMemory> out;
+  MutexLock lock(&cache_->mu);
+  for (const Cache::Slot& slot : cache_->table.load(std::memory_order_relaxed)->slots) {
+    out.push_back({std::vector<int64_t>(slot.combo.gear, slot.combo.gear + slot.combo.n),
+                   slot.exe->bytes(), slot.exe->arena_bytes()});
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> GearedExecutor::PredictGearBytes(std::span<const int64_t> gears) const {
+  MutexLock lock(&cache_->model_mu);
+  if (!cache_->model.has_value()) {
+    return absl::FailedPreconditionError("memory model: the runtime has no valid dimension count");
+  }
+  return cache_->model->Predict(gears);
+}
+
+int64_t GearedExecutor::GearMemoryBytes() const {
+  return runtime_->pool().bytes() + backend_->arena_usage().held_bytes;
+}
+
 absl::StatusOr<double> PoolBudgetMemoryProbe::UsageFraction() {
   if (budget_ <= 0) return absl::FailedPreconditionError("memory budget must be > 0 bytes");
   const GearedExecutor* executor = executor_.load();
   const int64_t refused = executor != nullptr ? executor->OverBudgetBytes() : 0;
+  const int64_t held = executor != nullptr ? executor->GearMemoryBytes() : pool_->bytes();
   // Over budget reads as full: pressure, not nonsense.
-  return std::min(1.0,
-                  static_cast<double>(pool_->bytes() + refused) / static_cast<double>(budget_));
+  return std::min(1.0, static_cast<double>(held + refused) / static_cast<double>(budget_));
 }
 
 }  // namespace gearbox

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <random>
 
 #include "gearbox/executor.h"
@@ -49,6 +51,27 @@ struct RequestTensors {
     }
   }
 };
+
+// A "Vm...:  N kB" line of /proc/self/status, in bytes (0 if unreadable).
+int64_t ProcStatusBytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t n = std::strlen(key);
+  while (std::getline(in, line)) {
+    if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':') {
+      return std::strtoll(line.c_str() + n + 1, nullptr, 10) * 1024;
+    }
+  }
+  return 0;
+}
+
+// Resets VmHWM to the current RSS (Linux >= 4.0: "5" to clear_refs).
+bool ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
 
 }  // namespace
 
@@ -128,6 +151,8 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
 
   const double t0 = trace.time.front();
   ExecutedReplayResult result;
+  result.peak_rss_reset = ResetPeakRss();
+  result.start_rss_bytes = ProcStatusBytes("VmRSS");
   result.policy = internal::ReplayRunName(options);
   ManualClock clock(t0);
   GraphResourcePool pool(PoolOptions{.log = [](LogLevel, std::string_view) {}});
@@ -189,7 +214,10 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
     if (!s.ok() && result.failed_requests++ == 0) {
       result.first_failure = Cat("row ", i + 1, ": ", internal::Message(s));
     }
-    result.peak_gear_bytes = std::max(result.peak_gear_bytes, pool.bytes());
+    const int64_t per_gear = pool.bytes(), arena = backend->arena_usage().held_bytes;
+    result.peak_gear_bytes = std::max(result.peak_gear_bytes, per_gear + arena);
+    result.peak_per_gear_bytes = std::max(result.peak_per_gear_bytes, per_gear);
+    result.peak_arena_bytes = std::max(result.peak_arena_bytes, arena);
   }
   if (options.progress) options.progress(rows, rows);
   result.wall_seconds =
@@ -213,6 +241,14 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   result.compile_failures = es.compile_failures;
   result.compile_seconds = es.compile_seconds;
   result.over_budget_runs = es.over_budget_runs;
+  result.largest_gear_bytes = es.largest_gear_bytes;
+  result.out_of_memory_fallbacks = es.out_of_memory_fallbacks;
+  result.predicted_over_budget_runs = es.predicted_over_budget_runs;
+  result.memory_predictions = es.memory_predictions;
+  result.memory_prediction_mean_error = es.memory_prediction_mean_error;
+  result.memory_prediction_max_error = es.memory_prediction_max_error;
+  result.arena_slots = backend->arena_usage().slots;
+  result.peak_rss_bytes = ProcStatusBytes("VmHWM");
   result.padding_waste = raw > 0 ? padded / raw - 1.0 : 0.0;
   SnapshotRef last = runtime.GetSnapshot();
   for (int d = 0; d < n; ++d)
@@ -236,6 +272,18 @@ std::string ExecutedReplayResultJson(const ExecutedReplayResult& r, int indent) 
   j["compile_seconds"] = r.compile_seconds;
   j["released_executables"] = r.released_executables;
   j["peak_gear_bytes"] = r.peak_gear_bytes;
+  j["peak_per_gear_bytes"] = r.peak_per_gear_bytes;
+  j["peak_arena_bytes"] = r.peak_arena_bytes;
+  j["arena_slots"] = r.arena_slots;
+  j["largest_gear_bytes"] = r.largest_gear_bytes;
+  j["out_of_memory_fallbacks"] = r.out_of_memory_fallbacks;
+  j["predicted_over_budget_runs"] = r.predicted_over_budget_runs;
+  j["memory_predictions"] = r.memory_predictions;
+  j["memory_prediction_mean_error"] = r.memory_prediction_mean_error;
+  j["memory_prediction_max_error"] = r.memory_prediction_max_error;
+  j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["start_rss_bytes"] = r.start_rss_bytes;
+  j["peak_rss_reset"] = r.peak_rss_reset;
   j["over_budget_runs"] = r.over_budget_runs;
   j["padding_waste"] = r.padding_waste;
   j["updates"] = r.updates;

@@ -8,9 +8,13 @@
 //
 // The key mask hides padded sequence positions, so padding never leaks into
 // valid rows. Weights are created once (deterministic from the seed) and
-// shared by every gear; each gear owns its primitives, scratchpad and
-// activations (a pool of workspaces, one per concurrent run). oneDNN's own
-// primitive cache is disabled so a gear's compile cost and memory are its own.
+// shared by every gear; each gear owns its primitives. A run's activations,
+// key mask and (user-mode) scratchpad lie in one workspace: by default in
+// the backend's arena, one workspace per concurrent execution slot shared by
+// every gear and sized to the largest live gear (docs/MEMORY.md has the
+// rules); with shared_arena = false each gear owns its workspaces (one per
+// concurrent run of it), the per-gear mode. oneDNN's own primitive cache is
+// disabled so a gear's compile cost and memory are its own.
 #ifndef GEARBOX_BACKENDS_ONEDNN_H_
 #define GEARBOX_BACKENDS_ONEDNN_H_
 
@@ -31,10 +35,15 @@ struct TransformerBlockOptions {
   // which the sequence axis follows.
   int batch_dimension = 0;
   int seq_dimension = 1;
+  // true: workspaces in the backend's arena (one per concurrent run, shared
+  // by every gear: memory ~ slots x largest gear); false: each gear owns its
+  // workspaces (memory ~ sum over gears). Results are bit-identical.
+  bool shared_arena = true;
 };
 
 // Registry name "onednn"; params: hidden, heads, mlp_ratio, seed,
-// batch_dim (-1 for none), seq_dim.
+// batch_dim (-1 for none), seq_dim, arena (1: shared_arena, the default; 0:
+// per-gear workspaces).
 GEARBOX_EXPORT absl::StatusOr<std::unique_ptr<Backend>> MakeOneDnnTransformerBackend(
     const TransformerBlockOptions& options);
 GEARBOX_EXPORT absl::Status RegisterOneDnnBackend(BackendRegistry& registry);

@@ -1,5 +1,9 @@
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <new>
 #include <random>
+#include <set>
 
 #include "gearbox/backends/onednn.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -68,28 +72,194 @@ struct Primitives {
   size_t scratchpad_bytes = 0;
 };
 
-// Activations of one run (a gear keeps a pool of them, one per concurrent run).
-struct Workspace {
-  std::vector<float> ln1, qkv, scores, ctx, x1, ln2, hidden4, mask;
-  std::vector<uint8_t> scratchpad;
-  size_t bytes() const {
-    return (ln1.size() + qkv.size() + scores.size() + ctx.size() + x1.size() + ln2.size() +
-            hidden4.size() + mask.size()) *
-               sizeof(float) +
-           scratchpad.size();
+// Where one run's activations, key mask and scratchpad lie in its workspace
+// (one contiguous buffer): byte offsets, each 64-byte aligned.
+struct Layout {
+  size_t ln1 = 0, qkv = 0, scores = 0, ctx = 0, x1 = 0, ln2 = 0, hidden4 = 0, mask = 0,
+         scratchpad = 0;
+  size_t bytes = 0;  // the whole workspace
+};
+
+constexpr size_t kAlign = 64;
+
+Layout MakeLayout(const Primitives& p) {
+  Layout l;
+  const size_t rows = static_cast<size_t>(p.rows), h = static_cast<size_t>(p.h);
+  auto take = [&](size_t* at, size_t bytes) {
+    *at = l.bytes;
+    l.bytes += (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  };
+  const size_t f = sizeof(float);
+  take(&l.ln1, rows * h * f);
+  take(&l.qkv, rows * 3 * h * f);
+  take(&l.scores, static_cast<size_t>(p.b * p.heads * p.s * p.s) * f);
+  take(&l.ctx, rows * h * f);
+  take(&l.x1, rows * h * f);
+  take(&l.ln2, rows * h * f);
+  take(&l.hidden4, rows * static_cast<size_t>(p.mlp) * f);
+  take(&l.mask, static_cast<size_t>(p.s) * f);
+  take(&l.scratchpad, p.scratchpad_bytes);
+  return l;
+}
+
+// A zeroed, 64-byte aligned host buffer (zeroed so that its pages are
+// resident: the backend's accounting and the process's RSS then agree).
+struct AlignedFree {
+  void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{kAlign}); }
+};
+using Buffer = std::unique_ptr<std::byte[], AlignedFree>;
+
+Buffer NewBuffer(size_t bytes) {
+  Buffer b(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{kAlign})));
+  std::memset(b.get(), 0, bytes);
+  return b;
+}
+
+// WorkspaceArena: the workspaces of every gear of one backend, one per
+// concurrent execution slot (not one per gear).
+//
+// Contract: a Run checks a slot out (Lease), uses its buffer alone for the
+// whole run, and returns it; a slot is never used by two runs at once, so
+// oneDNN's user-mode scratchpad and the activations in it are race-free
+// (oneDNN: user scratchpad is thread-safe as long as no two executions use
+// one buffer at once). Slots are created when more runs are in flight than
+// slots exist (so their number is the most runs ever in flight at once) and
+// are never destroyed before the arena.
+// Sizing: every live executable registers its workspace bytes (its "need")
+// at compile and unregisters it when destroyed (an evicted gear, once
+// released). A slot checked out for a run whose need its buffer does not
+// cover is grown to the largest live need (so it grows once, not once per
+// larger gear); a slot larger than the largest live need is shrunk: at once
+// when it is free (its buffer is freed, reallocated at its next checkout),
+// when returned otherwise. So each slot holds at most the largest live gear's
+// workspace, and the arena at most slots x that.
+// Thread-safety: every method may be called from any thread; one mutex
+// guards the needs and the free slots; buffers are allocated, zeroed and
+// freed outside it.
+class WorkspaceArena {
+ public:
+  struct Slot {
+    Buffer buffer;
+    size_t capacity = 0;
+  };
+
+  ~WorkspaceArena() = default;
+
+  void AddNeed(size_t bytes) {
+    MutexLock lock(&mu_);
+    needs_.insert(bytes);
   }
+  void RemoveNeed(size_t bytes) {
+    std::vector<Buffer> dead;  // freed after the lock
+    {
+      MutexLock lock(&mu_);
+      auto it = needs_.find(bytes);
+      if (it != needs_.end()) needs_.erase(it);
+      const size_t largest = LargestLocked();
+      for (auto& slot : free_) {
+        if (slot->capacity > largest) {
+          held_.fetch_sub(static_cast<int64_t>(slot->capacity), std::memory_order_relaxed);
+          dead.push_back(std::move(slot->buffer));
+          slot->capacity = 0;
+        }
+      }
+    }
+  }
+
+  // A slot whose buffer holds at least `need` bytes; may throw std::bad_alloc
+  // (the slot then stays in the arena, empty).
+  std::unique_ptr<Slot> Checkout(size_t need) {
+    std::unique_ptr<Slot> slot;
+    size_t target = 0;
+    {
+      MutexLock lock(&mu_);
+      if (!free_.empty()) {
+        slot = std::move(free_.back());
+        free_.pop_back();
+      } else {
+        slot = std::make_unique<Slot>();
+        ++slots_;
+      }
+      target = std::max(need, LargestLocked());
+    }
+    if (slot->capacity < need) {
+      Buffer old = std::move(slot->buffer);
+      held_.fetch_sub(static_cast<int64_t>(slot->capacity), std::memory_order_relaxed);
+      slot->capacity = 0;
+      old.reset();  // before the new one: the peak is the larger, not the sum
+      try {
+        slot->buffer = NewBuffer(target);
+      } catch (...) {
+        Return(std::move(slot));
+        throw;
+      }
+      slot->capacity = target;
+      held_.fetch_add(static_cast<int64_t>(target), std::memory_order_relaxed);
+    }
+    return slot;
+  }
+
+  void Return(std::unique_ptr<Slot> slot) {
+    Buffer dead;  // freed after the lock
+    MutexLock lock(&mu_);
+    if (slot->capacity > LargestLocked()) {
+      held_.fetch_sub(static_cast<int64_t>(slot->capacity), std::memory_order_relaxed);
+      dead = std::move(slot->buffer);
+      slot->capacity = 0;
+    }
+    free_.push_back(std::move(slot));
+  }
+
+  ArenaUsage usage() const {
+    MutexLock lock(&mu_);
+    return {held_.load(std::memory_order_relaxed), static_cast<int64_t>(LargestLocked()), slots_};
+  }
+
+ private:
+  size_t LargestLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return needs_.empty() ? 0 : *needs_.rbegin();
+  }
+
+  mutable Mutex mu_;
+  std::multiset<size_t> needs_ ABSL_GUARDED_BY(mu_);  // one per live executable
+  std::vector<std::unique_ptr<Slot>> free_ ABSL_GUARDED_BY(mu_);
+  int slots_ ABSL_GUARDED_BY(mu_) = 0;  // created in all (free or checked out)
+  // Bytes of every slot's buffer, free or checked out (written by the
+  // holder of the slot; read for reports only: relaxed).
+  std::atomic<int64_t> held_{0};
 };
 
 class OneDnnBlockExecutable final : public Executable {
  public:
+  // `arena` null: the gear owns its workspaces (a pool of them, one per
+  // concurrent run); else its runs take a slot of the backend's arena.
   OneDnnBlockExecutable(dnnl::engine engine, std::shared_ptr<const Weights> w,
-                        std::unique_ptr<Primitives> p, int seq_dim)
-      : engine_(std::move(engine)), w_(std::move(w)), p_(std::move(p)), seq_dim_(seq_dim) {
-    free_.push_back(NewWorkspace());  // compile pays for the first one
-    bytes_ = static_cast<int64_t>(free_.back()->bytes());
+                        std::unique_ptr<Primitives> p, int seq_dim,
+                        std::shared_ptr<WorkspaceArena> arena)
+      : engine_(std::move(engine)),
+        w_(std::move(w)),
+        p_(std::move(p)),
+        layout_(MakeLayout(*p_)),
+        seq_dim_(seq_dim),
+        arena_(std::move(arena)) {
+    if (arena_ != nullptr) {
+      arena_->AddNeed(layout_.bytes);
+    } else {
+      own_free_.push_back(NewBuffer(layout_.bytes));  // compile pays for the first one
+      own_bytes_.store(static_cast<int64_t>(layout_.bytes));
+    }
+  }
+  ~OneDnnBlockExecutable() override {
+    if (arena_ != nullptr) arena_->RemoveNeed(layout_.bytes);
   }
 
-  int64_t bytes() const override { return bytes_; }
+  // Per gear: its own workspaces (none with an arena). oneDNN does not report
+  // the size of a primitive's JIT code, so that is not counted (the process
+  // RSS is where it shows).
+  int64_t bytes() const override { return own_bytes_.load(std::memory_order_relaxed); }
+  int64_t arena_bytes() const override {
+    return arena_ != nullptr ? static_cast<int64_t>(layout_.bytes) : 0;
+  }
 
   absl::Status Run(std::span<const DLTensor> inputs, std::span<const DLTensor> outputs,
                    const RunShape& shape) override {
@@ -97,12 +267,39 @@ class OneDnnBlockExecutable final : public Executable {
       return internal::InvalidField("tensors", Cat(inputs.size(), " in / ", outputs.size(), " out"),
                                     "1 input x and 1 output y");
     }
+    Buffer own;
+    std::unique_ptr<WorkspaceArena::Slot> slot;
+    try {
+      if (arena_ != nullptr) {
+        slot = arena_->Checkout(layout_.bytes);
+      } else {
+        own = TakeWorkspace();
+      }
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(Cat("oneDNN block: no memory for a ", layout_.bytes,
+                                              "-byte workspace (batch ", p_->b, " x seq ", p_->s,
+                                              ")"));
+    }
+    std::byte* base = slot != nullptr ? slot->buffer.get() : own.get();
+    absl::Status status = RunIn(base, inputs, outputs, shape);
+    if (slot != nullptr) {
+      arena_->Return(std::move(slot));
+    } else {
+      ReturnWorkspace(std::move(own));
+    }
+    return status;
+  }
+
+ private:
+  absl::Status RunIn(std::byte* ws, std::span<const DLTensor> inputs,
+                     std::span<const DLTensor> outputs, const RunShape& shape) {
     const int64_t valid_s = shape.extent[seq_dim_];
-    std::unique_ptr<Workspace> ws = TakeWorkspace();
+    const Layout& l = layout_;
+    auto at = [&](size_t offset) { return static_cast<void*>(ws + offset); };
     // Key mask: 0 for valid keys, a large negative for padding (finite, so
     // exp() gives 0 without inf - inf).
-    for (int64_t j = 0; j < p_->s; ++j)
-      ws->mask[static_cast<size_t>(j)] = j < valid_s ? 0.0f : -1e30f;
+    float* mask_data = static_cast<float*>(at(l.mask));
+    for (int64_t j = 0; j < p_->s; ++j) mask_data[j] = j < valid_s ? 0.0f : -1e30f;
     try {
       dnnl::stream stream(engine_);
       const Primitives& p = *p_;
@@ -112,12 +309,13 @@ class OneDnnBlockExecutable final : public Executable {
       memory x = mem(p.x_md, static_cast<const char*>(inputs[0].data) + inputs[0].byte_offset);
       memory y = mem(p.x_md, static_cast<const char*>(outputs[0].data) + outputs[0].byte_offset);
       memory scratch =
-          mem(memory::desc({static_cast<int64_t>(ws->scratchpad.size())}, dt::u8, tag::a),
-              ws->scratchpad.data());
-      memory ln1 = mem(p.row_h_md, ws->ln1.data()), qkv = mem(p.qkv_md, ws->qkv.data());
-      memory scores = mem(p.scores_md, ws->scores.data()), mask = mem(p.mask_md, ws->mask.data());
-      memory ctx = mem(p.ctx_md, ws->ctx.data()), x1 = mem(p.row_h_md, ws->x1.data());
-      memory ln2 = mem(p.row_h_md, ws->ln2.data()), hidden4 = mem(p.hidden4_md, ws->hidden4.data());
+          mem(memory::desc({static_cast<int64_t>(std::max<size_t>(p.scratchpad_bytes, 1))}, dt::u8,
+                           tag::a),
+              at(l.scratchpad));
+      memory ln1 = mem(p.row_h_md, at(l.ln1)), qkv = mem(p.qkv_md, at(l.qkv));
+      memory scores = mem(p.scores_md, at(l.scores)), mask = mem(p.mask_md, at(l.mask));
+      memory ctx = mem(p.ctx_md, at(l.ctx)), x1 = mem(p.row_h_md, at(l.x1));
+      memory ln2 = mem(p.row_h_md, at(l.ln2)), hidden4 = mem(p.hidden4_md, at(l.hidden4));
       const Weights& w = *w_;
       auto param = [&](const std::vector<float>& v) { return mem(p.ln_param_md, Data(v)); };
       auto post = [](int index) { return DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1; };
@@ -171,58 +369,52 @@ class OneDnnBlockExecutable final : public Executable {
                               {DNNL_ARG_SCRATCHPAD, scratch}});
       stream.wait();
     } catch (const dnnl::error& e) {
-      ReturnWorkspace(std::move(ws));
+      if (e.status == dnnl_out_of_memory) {
+        return absl::ResourceExhaustedError(Cat("oneDNN run: out of memory: ", e.what()));
+      }
       return absl::InternalError(Cat("oneDNN run failed: ", e.what()));
     }
-    ReturnWorkspace(std::move(ws));
     return absl::OkStatus();
   }
 
- private:
-  std::unique_ptr<Workspace> NewWorkspace() const {
-    const Primitives& p = *p_;
-    auto ws = std::make_unique<Workspace>();
-    const size_t rows = static_cast<size_t>(p.rows), h = static_cast<size_t>(p.h);
-    ws->ln1.assign(rows * h, 0);
-    ws->qkv.assign(rows * 3 * h, 0);
-    ws->scores.assign(static_cast<size_t>(p.b * p.heads * p.s * p.s), 0);
-    ws->ctx.assign(rows * h, 0);
-    ws->x1.assign(rows * h, 0);
-    ws->ln2.assign(rows * h, 0);
-    ws->hidden4.assign(rows * static_cast<size_t>(p.mlp), 0);
-    ws->mask.assign(static_cast<size_t>(p.s), 0);
-    ws->scratchpad.assign(std::max<size_t>(p.scratchpad_bytes, 1), 0);
-    return ws;
-  }
-  std::unique_ptr<Workspace> TakeWorkspace() {
+  Buffer TakeWorkspace() {
     {
       MutexLock lock(&mu_);
-      if (!free_.empty()) {
-        auto ws = std::move(free_.back());
-        free_.pop_back();
+      if (!own_free_.empty()) {
+        Buffer ws = std::move(own_free_.back());
+        own_free_.pop_back();
         return ws;
       }
     }
-    return NewWorkspace();  // more concurrent runs than workspaces: grow
+    Buffer ws = NewBuffer(layout_.bytes);  // more concurrent runs than workspaces: grow
+    own_bytes_.fetch_add(static_cast<int64_t>(layout_.bytes), std::memory_order_relaxed);
+    return ws;
   }
-  void ReturnWorkspace(std::unique_ptr<Workspace> ws) {
+  void ReturnWorkspace(Buffer ws) {
     MutexLock lock(&mu_);
-    free_.push_back(std::move(ws));
+    own_free_.push_back(std::move(ws));
   }
 
   dnnl::engine engine_;
   std::shared_ptr<const Weights> w_;
   std::unique_ptr<Primitives> p_;
+  const Layout layout_;
   int seq_dim_;  // which gear dimension carries the sequence (for the key mask)
-  int64_t bytes_ = 0;
-  Mutex mu_;  // guards the free workspaces
-  std::vector<std::unique_ptr<Workspace>> free_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<WorkspaceArena> arena_;  // null: own workspaces
+  // Bytes of the gear's own workspaces (grows with its concurrent runs;
+  // relaxed: reports only).
+  std::atomic<int64_t> own_bytes_{0};
+  Mutex mu_;  // guards the free own workspaces
+  std::vector<Buffer> own_free_ ABSL_GUARDED_BY(mu_);
 };
 
 class OneDnnTransformerBackend final : public Backend {
  public:
   explicit OneDnnTransformerBackend(const TransformerBlockOptions& o)
-      : options_(o), engine_(dnnl::engine::kind::cpu, 0), weights_(MakeWeights(o)) {
+      : options_(o),
+        engine_(dnnl::engine::kind::cpu, 0),
+        weights_(MakeWeights(o)),
+        arena_(o.shared_arena ? std::make_shared<WorkspaceArena>() : nullptr) {
     TensorSpec x{"x", {kDLFloat, 32, 1}, {1, 1, o.hidden}, {}};
     if (o.batch_dimension >= 0) x.bindings.push_back({0, o.batch_dimension});
     x.bindings.push_back({1, o.seq_dimension});
@@ -235,6 +427,10 @@ class OneDnnTransformerBackend final : public Backend {
   std::string_view name() const override { return "onednn"; }
   const ModelSignature& signature() const override { return signature_; }
   DLDevice device() const override { return {kDLCPU, 0}; }
+  ArenaUsage arena_usage() const override {
+    return arena_ != nullptr ? arena_->usage() : ArenaUsage{};
+  }
+  int quadratic_memory_dimension() const override { return options_.seq_dimension; }
 
   absl::StatusOr<std::shared_ptr<Executable>> Compile(std::span<const int64_t> gears) override {
     const int need = std::max(options_.batch_dimension, options_.seq_dimension) + 1;
@@ -339,8 +535,15 @@ class OneDnnTransformerBackend final : public Backend {
       }
       p->scratchpad_bytes = scratch;
       return std::shared_ptr<Executable>(std::make_shared<OneDnnBlockExecutable>(
-          engine_, weights_, std::move(p), options_.seq_dimension));
+          engine_, weights_, std::move(p), options_.seq_dimension, arena_));
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          Cat("oneDNN block: out of memory compiling batch ", b, " x seq ", s));
     } catch (const dnnl::error& e) {
+      if (e.status == dnnl_out_of_memory) {
+        return absl::ResourceExhaustedError(
+            Cat("oneDNN block: out of memory compiling batch ", b, " x seq ", s, ": ", e.what()));
+      }
       return absl::InternalError(Cat("oneDNN could not create the primitives for batch ", b,
                                      " x seq ", s, ": ", e.what()));
     }
@@ -350,6 +553,8 @@ class OneDnnTransformerBackend final : public Backend {
   TransformerBlockOptions options_;
   dnnl::engine engine_;
   std::shared_ptr<const Weights> weights_;
+  // Shared by its executables (they keep it alive); null without shared_arena.
+  std::shared_ptr<WorkspaceArena> arena_;
   ModelSignature signature_;
 };
 
@@ -385,12 +590,12 @@ absl::Status RegisterOneDnnBackend(BackendRegistry& registry) {
   return registry.Register(
       "onednn", [](const BackendParams& params) -> absl::StatusOr<std::unique_ptr<Backend>> {
         for (const auto& [key, value] : params) {
-          static const char* known[] = {"hidden", "heads",     "mlp_ratio",
-                                        "seed",   "batch_dim", "seq_dim"};
+          static const char* known[] = {"hidden",    "heads",   "mlp_ratio", "seed",
+                                        "batch_dim", "seq_dim", "arena"};
           if (std::find(std::begin(known), std::end(known), key) == std::end(known)) {
-            return internal::InvalidField(
-                Cat("onednn.", key), Cat("\"", value, "\""),
-                "unknown parameter; known: hidden, heads, mlp_ratio, seed, batch_dim, seq_dim");
+            return internal::InvalidField(Cat("onednn.", key), Cat("\"", value, "\""),
+                                          "unknown parameter; known: hidden, heads, mlp_ratio, "
+                                          "seed, batch_dim, seq_dim, arena");
           }
         }
         TransformerBlockOptions o;
@@ -399,17 +604,18 @@ absl::Status RegisterOneDnnBackend(BackendRegistry& registry) {
           if (v.ok()) *out = *v;
           return v.status();
         };
-        int64_t seed = 1, batch = 0, seq = 1;
+        int64_t seed = 1, batch = 0, seq = 1, arena = 1;
         for (absl::Status s :
              {get("hidden", 64, 1, 16384, &o.hidden), get("heads", 4, 1, 16384, &o.heads),
               get("mlp_ratio", 4, 1, 16, &o.mlp_ratio), get("seed", 1, 0, INT64_MAX, &seed),
               get("batch_dim", 0, -1, kMaxDimensions - 1, &batch),
-              get("seq_dim", 1, 0, kMaxDimensions - 1, &seq)}) {
+              get("seq_dim", 1, 0, kMaxDimensions - 1, &seq), get("arena", 1, 0, 1, &arena)}) {
           if (!s.ok()) return s;
         }
         o.seed = static_cast<uint64_t>(seed);
         o.batch_dimension = static_cast<int>(batch);
         o.seq_dimension = static_cast<int>(seq);
+        o.shared_arena = arena != 0;
         return MakeOneDnnTransformerBackend(o);
       });
 }
