@@ -413,6 +413,21 @@ TEST(ReplanGraphBudget, OneDimensionHoldsAtMostMaxGraphsGears) {
   EXPECT_EQ(r.Gears().back(), 16384);
 }
 
+TEST(ReplanGraphBudget, ASparseGridHoldsNoMoreCellsThanMaxGraphs) {
+  // Sparse runs a cell only on its own graph: a grid of more cells than it
+  // may compile would run the rest uncompiled, so its grid is bounded as an
+  // independent set's is.
+  ReplanOptions o;
+  o.max_graphs = 40;
+  o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  Replanned2D r(o, GearScheme::kSparse);
+  for (int update = 1; update <= 10; ++update) {
+    const UpdateRecord rec = r.Run(60, 20);
+    EXPECT_LE(rec.gears_after[0].size() * rec.gears_after[1].size(), 40u) << "update " << update;
+    EXPECT_LE(rec.combinations_after.size(), 40u);
+  }
+}
+
 TEST(ReplanGraphBudget, JointCombinationsStayWithinMaxGraphs) {
   ReplanOptions o;
   o.max_graphs = 12;

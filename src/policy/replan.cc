@@ -59,15 +59,18 @@ void Finish(const GearSet& gears, UpdateDecision* out) {
 
 // Each dimension's most gears: max_gears_per_type, and the graph budget
 // (max_graphs): one dimension's gears are its graphs; with the independent
-// scheme every combination of several dimensions' gears may be one (joint
-// and sparse bound their compiled combinations instead).
+// scheme every combination of several dimensions' gears may be one, and a
+// sparse set runs a cell only on its own graph, so its grid is bounded the
+// same way (more cells than graphs would run uncompiled). A joint set's
+// graphs serve the cells around them: only its compiled combinations are
+// bounded (DecideCombinations).
 std::vector<int> GearCapsOf(const GearSet& gears, const WindowStats& stats,
                             const std::vector<internal::DimensionCost>& costs,
                             const AdaptiveOptions& adaptive, const ReplanOptions& o) {
   const int n = gears.num_dimensions();
   if (n == 1) return {std::min(adaptive.max_gears_per_type, o.max_graphs)};
   std::vector<int> caps(static_cast<size_t>(n), adaptive.max_gears_per_type);
-  if (gears.scheme() != GearScheme::kIndependent) return caps;
+  if (gears.scheme() == GearScheme::kJoint) return caps;
   std::vector<std::vector<double>> curves;
   std::vector<int> current;
   for (int d = 0; d < n; ++d) {
@@ -90,7 +93,7 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
   const std::vector<int> caps = GearCapsOf(gears, stats, costs, adaptive, o);
   for (int d = 0; d < gears.num_dimensions(); ++d) {
     internal::GearLimit limit{caps[static_cast<size_t>(d)], adaptive.max_gears_per_type};
-    if (gears.scheme() == GearScheme::kIndependent) {
+    if (gears.scheme() != GearScheme::kJoint) {
       // The others' gears: those already replanned, and the current ones.
       double others = 1;
       for (int e = 0; e < gears.num_dimensions(); ++e) {
