@@ -49,7 +49,7 @@ ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1
 stage "libFuzzer: ${fuzz_seconds} s per harness"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for harness in config trace plan pool runtime cli; do
+for harness in config trace plan pool runtime cli fleet; do
   mkdir -p "$work/$harness"
   cp fuzz/corpus/$harness/* "$work/$harness/"
   (cd "$work" && ASAN_OPTIONS="detect_leaks=1" "$OLDPWD/build-asan/fuzz/${harness}_fuzz" \
