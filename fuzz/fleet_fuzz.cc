@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "gearbox/fleet.h"
+#include "gearbox/fleet_stats.h"
 
 namespace {
 
@@ -38,7 +39,7 @@ gearbox::FleetHash SplitHash(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: {
       auto v = gearbox::DecodeFleetVersion(text);
       if (v.ok() && (*v == 0 || *v > static_cast<uint64_t>(INT64_MAX))) __builtin_trap();
@@ -58,6 +59,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const gearbox::FleetHash hash = SplitHash(text);
       const absl::Status s = gearbox::CheckFleetHash(hash, limits);
       if (s.ok() && hash.size() > limits.max_hash_fields) __builtin_trap();
+      break;
+    }
+    case 3: {  // a statistics bucket of a two-dimension runtime
+      auto bucket = gearbox::DecodeFleetStatsBucket(SplitHash(text), 2);
+      if (!bucket.ok()) {
+        if (bucket.status().message().empty()) __builtin_trap();
+        break;
+      }
+      if (!(bucket->replicas >= 1 && bucket->replicas <= 1e6) || bucket->sizes.size() != 2) {
+        __builtin_trap();
+      }
+      for (const auto& dimension : bucket->sizes) {
+        for (size_t i = 0; i < dimension.size(); ++i) {
+          const gearbox::WeightedSize& w = dimension[i];
+          if (w.size < 1 || !(w.weight >= 0) || (i > 0 && dimension[i - 1].size >= w.size)) {
+            __builtin_trap();
+          }
+        }
+      }
       break;
     }
   }
