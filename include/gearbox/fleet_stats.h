@@ -16,11 +16,13 @@
 // are used: the runtime keeps planning alone and resynchronises when the
 // store returns (slots not pushed yet are pushed then, if still in the window).
 //
-// Weights: by default each bucket is divided by the number of replicas that
-// pushed it (the mean replica's traffic), so a replica plans as if it saw its
-// share of the fleet's traffic with the fleet's distribution: a new replica
-// starts from the fleet's gears; the policy's cost trade-off (compiles per
-// replica against padding per replica) stays per replica.
+// Weights: by default the fleet's whole traffic (kFleetTotal): every replica
+// plans the gears one runtime serving all of it would (the padding a gear
+// saves is fleet-wide; so is its compile once artifacts are shared). With
+// kPerReplicaMean each bucket is divided by the replicas that pushed it: a
+// replica plans for its share of the traffic with the fleet's distribution
+// (fewer gears, each replica paying its own compiles). docs/FLEET.md has
+// both measured.
 #ifndef GEARBOX_FLEET_STATS_H_
 #define GEARBOX_FLEET_STATS_H_
 
@@ -51,7 +53,7 @@ struct FleetStatsOptions {
   // Seconds after a slot's end before it is pushed (events recorded late
   // still land in it locally first). 0..window_seconds.
   double push_lag_seconds = 2.0;
-  FleetWeighting weighting = FleetWeighting::kPerReplicaMean;
+  FleetWeighting weighting = FleetWeighting::kFleetTotal;
   // Buckets and push markers expire window_seconds + one slot + this many
   // seconds after their last push (> 0): a bucket outlives the window it
   // counts in, and nothing is left behind by a fleet that stopped.
