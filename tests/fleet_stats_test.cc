@@ -3,10 +3,13 @@
 // a killed and restarted server; hostile buckets; the bucket decoder.
 #include "gearbox/fleet_stats.h"
 
+#include <atomic>
 #include <cmath>
+#include <future>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gearbox/clock.h"
@@ -314,6 +317,89 @@ TEST(FleetStatsBucketTest, DecodesAndRejectsWithTheFieldNamed) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
     EXPECT_NE(r.status().message().find(named), absl::string_view::npos) << r.status();
   }
+}
+
+}  // namespace
+}  // namespace gearbox
+
+namespace gearbox {
+namespace {
+
+// A store whose first call blocks until released: the update stuck in the
+// store while requests go on.
+class GatedStore final : public FleetStore {
+ public:
+  explicit GatedStore(FleetStore* inner) : inner_(inner) {}
+  void WaitEntered() { entered_.get_future().wait(); }
+  void Release() { gate_.set_value(); }
+
+  absl::StatusOr<bool> IncrementOnce(std::string_view key,
+                                     std::span<const FieldIncrement> increments,
+                                     std::string_view once_key, int64_t ttl_ms) override {
+    Gate();
+    return inner_->IncrementOnce(key, increments, once_key, ttl_ms);
+  }
+  absl::StatusOr<std::vector<std::optional<FleetHash>>> GetHashes(
+      std::span<const std::string> keys) override {
+    Gate();
+    return inner_->GetHashes(keys);
+  }
+  absl::StatusOr<VersionedValue> GetVersioned(std::string_view key) override {
+    return inner_->GetVersioned(key);
+  }
+  absl::StatusOr<bool> CompareAndSet(std::string_view key, uint64_t expected,
+                                     std::string_view payload, int64_t ttl_ms) override {
+    return inner_->CompareAndSet(key, expected, payload, ttl_ms);
+  }
+  absl::StatusOr<bool> AcquireLease(std::string_view key, std::string_view owner,
+                                    int64_t ttl_ms) override {
+    return inner_->AcquireLease(key, owner, ttl_ms);
+  }
+  absl::Status ReleaseLease(std::string_view key, std::string_view owner) override {
+    return inner_->ReleaseLease(key, owner);
+  }
+  FleetStoreCounters counters() const override { return inner_->counters(); }
+  std::string Describe() const override { return "gated"; }
+
+ private:
+  void Gate() {
+    if (first_.exchange(false)) {
+      entered_.set_value();
+      released_.wait();
+    }
+  }
+  FleetStore* inner_;
+  std::atomic<bool> first_{true};
+  std::promise<void> entered_;
+  std::promise<void> gate_;
+  std::shared_future<void> released_ = gate_.get_future().share();
+};
+
+// The request path never waits on the store: while an update is stuck in
+// it, other threads still take snapshots, plan and record.
+TEST(FleetStatsThreadsTest, RequestsGoOnWhileAnUpdateWaitsOnTheStore) {
+  ManualClock clock(0.0);
+  InProcessFleetStore inner(&clock);
+  GatedStore store(&inner);
+  Replica a(&clock, &store, "a", true);
+  a.Traffic(0, 60, 20);
+  clock.Set(60);
+  std::thread update([&] { EXPECT_TRUE(a.rt->RunOnce(60).ok()); });
+  store.WaitEntered();  // the update is inside the store now
+  uint64_t recorded = 0;
+  for (int i = 0; i < 2000; ++i) {
+    SnapshotRef snap = a.rt->GetSnapshot();
+    const int64_t raw[] = {1 + i % 1000};
+    Plan plan;
+    ASSERT_TRUE(MakePlan(*snap, raw, &plan).ok());
+    a.rt->RecordPlan(plan, 60.0 + i * 0.001);
+    ++recorded;
+  }
+  EXPECT_EQ(recorded, 2000u);
+  store.Release();
+  update.join();
+  EXPECT_EQ(a.rt->counters().updates, 1u);
+  EXPECT_EQ(a.sync->counters().merges, 1u);
 }
 
 }  // namespace

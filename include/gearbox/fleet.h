@@ -170,7 +170,8 @@ class GEARBOX_EXPORT InProcessFleetStore final : public FleetStore {
 // ---- Redis ----
 
 struct RedisFleetStoreOptions {
-  // "redis://HOST:PORT" (PORT 1..65535; no credentials, path or query:
+  // "redis://HOST:PORT" (HOST a name or IPv4 address, PORT 1..65535; no
+  // credentials, path or query:
   // credentials come from `username`/`password` or the environment).
   std::string url = "redis://127.0.0.1:6379";
   // AUTH credentials; empty: read GEARBOX_REDIS_USERNAME / GEARBOX_REDIS_PASSWORD

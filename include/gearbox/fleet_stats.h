@@ -85,9 +85,10 @@ struct FleetStatsCounters {
   double fleet_replicas_seen = 0;  // replicas in the newest bucket read (0: none)
 };
 
-// Thread-safety: Merge may be called from one thread at a time (the
-// runtime's update path, which serializes updates); counters() from any
-// thread. The store must outlive this object.
+// Thread-safety: Merge may be called from any thread; calls serialize on
+// one internal mutex, held across the store calls (the runtime's update
+// path already serializes them). counters() may be called from any thread
+// and waits for a Merge in progress. The store must outlive this object.
 class GEARBOX_EXPORT FleetStatsSync {
  public:
   // `dimensions`: the runtime's dimension names, in gear-set order.

@@ -84,9 +84,8 @@ absl::StatusOr<FleetStatsBucket> DecodeFleetStatsBucket(const FleetHash& hash, i
   return bucket;
 }
 
-// Thread-safety: Merge runs on one thread at a time (documented); `mu`
-// guards the counters, read by counters() from any thread, and the push
-// watermark.
+// Thread-safety: `mu` is held for a whole Merge (store calls included) and
+// guards the counters, the push watermark and the outage flag.
 class FleetStatsSync::Impl {
  public:
   Impl(FleetStore* s, std::string p, std::vector<std::string> dims, const AdaptiveOptions& a,
