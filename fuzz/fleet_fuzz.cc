@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "gearbox/fleet.h"
+#include "gearbox/fleet_plan.h"
 #include "gearbox/fleet_stats.h"
 
 namespace {
@@ -39,7 +40,7 @@ gearbox::FleetHash SplitHash(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0: {
       auto v = gearbox::DecodeFleetVersion(text);
       if (v.ok() && (*v == 0 || *v > static_cast<uint64_t>(INT64_MAX))) __builtin_trap();
@@ -59,6 +60,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const gearbox::FleetHash hash = SplitHash(text);
       const absl::Status s = gearbox::CheckFleetHash(hash, limits);
       if (s.ok() && hash.size() > limits.max_hash_fields) __builtin_trap();
+      break;
+    }
+    case 4: {  // a fleet plan for two dimensions: decoded plans re-encode to the same text
+      const std::vector<std::string> dims = {"BATCHSIZE", "SEQLEN"};
+      auto plan = gearbox::DecodeFleetPlan(text, dims);
+      if (!plan.ok()) {
+        if (plan.status().message().empty()) __builtin_trap();
+        break;
+      }
+      if (plan->gears.size() != 2) __builtin_trap();
+      for (const auto& gears : plan->gears) {
+        if (gears.empty() || gears.size() > 64) __builtin_trap();
+        for (size_t i = 1; i < gears.size(); ++i) {
+          if (gears[i] <= gears[i - 1]) __builtin_trap();
+        }
+      }
+      auto again = gearbox::DecodeFleetPlan(gearbox::EncodeFleetPlan(*plan, dims), dims);
+      if (!again.ok() || again->gears != plan->gears || again->leader != plan->leader) {
+        __builtin_trap();
+      }
       break;
     }
     case 3: {  // a statistics bucket of a two-dimension runtime
