@@ -131,6 +131,18 @@ TEST_P(FleetPlanTest, ACorruptPlanIsNeverAdoptedAndTheLeaderReplacesIt) {
   EXPECT_EQ(Gears(*runtimes_[1]), before);
 }
 
+TEST_P(FleetPlanTest, AReplicaThatMayNotLeadOnlyAdopts) {
+  FleetPlanOptions o;
+  o.replica_id = "canary";
+  o.may_lead = false;
+  auto follower = *FleetPlanSync::Create(store_.get(), kModel, {"SEQLEN"}, o);
+  auto step = follower->Step(runtimes_[1].get(), 100);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_FALSE(step->leader);  // the lease is free, yet not taken
+  EXPECT_EQ(step->version, 0u);
+  EXPECT_TRUE(Sync("a")->Step(runtimes_[0].get(), 100)->leader);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, FleetPlanTest, ::testing::Values(Kind::kInProcess, Kind::kRedis),
                          [](const ::testing::TestParamInfo<Kind>& p) {
                            return p.param == Kind::kRedis ? "Redis" : "InProcess";

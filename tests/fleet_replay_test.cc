@@ -113,6 +113,25 @@ TEST(FleetReplayTest, AStoreOutageLosesNoRequestAndTheReplicasResynchronise) {
   }
 }
 
+TEST(FleetReplayTest, OnePlanPerFleetGivesEveryReplicaTheLeadersGears) {
+  FleetReplayOptions o;
+  o.replicas = 3;
+  o.fleet_plan = true;
+  o.join_at = 1800.0;
+  const FleetReplayResult r = RunFleet(o);
+  ASSERT_EQ(r.replicas.size(), 3u);
+  const ReplicaReplayResult& leader = r.replicas[0];
+  EXPECT_GT(leader.plan_publications, 0u);
+  EXPECT_EQ(leader.plan_adoptions, 0u);
+  for (size_t k = 1; k < r.replicas.size(); ++k) {
+    EXPECT_EQ(r.replicas[k].plan_publications, 0u);
+    EXPECT_GT(r.replicas[k].plan_adoptions, 0u);
+    EXPECT_EQ(r.replicas[k].final_gears, leader.final_gears) << k;
+  }
+  EXPECT_EQ(r.requests, 3600u * 6u);
+  EXPECT_EQ(r.rejected_requests, 0u);
+}
+
 TEST(FleetReplayTest, HashSplitKeepsASizeOnOneReplica) {
   FleetReplayOptions o;
   o.replicas = 3;

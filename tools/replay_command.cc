@@ -48,6 +48,7 @@ struct ReplayFlags {
   std::string store_outage;     // T1:T2
   bool isolated = false;        // replicas that do not share (the baseline)
   std::string fleet_weighting;  // total (default) or mean
+  bool fleet_plan = false;      // one plan per fleet (replica 0 leads)
 };
 
 int Fail(const absl::Status& s) {
@@ -439,6 +440,7 @@ int RunFleetReplay(const ReplayFlags& f) {
   base.replicas = f.replicas;
   base.store_url = f.store;
   base.share_stats = !f.isolated;
+  base.fleet_plan = f.fleet_plan;
   base.bucket_seconds = f.bucket_seconds;
   base.max_updates = f.max_updates;
   if (!f.store.empty()) {
@@ -485,8 +487,9 @@ int RunFleetReplay(const ReplayFlags& f) {
     o.max_updates = f.max_updates;
     auto r = FleetReplay(*config, *trace, o);
     if (!r.ok()) return Fail(r.status());
-    std::printf("fleet replay: %s, %zu replicas, store %s%s\n", r->policy.c_str(),
-                r->replicas.size(), r->store.c_str(), r->share_stats ? "" : " (isolated)");
+    std::printf("fleet replay: %s, %zu replicas, store %s%s%s\n", r->policy.c_str(),
+                r->replicas.size(), r->store.c_str(), r->share_stats ? "" : " (isolated)",
+                r->fleet_plan ? ", one plan (replica 0 leads)" : "");
     std::printf("%8s %9s %10s %9s %8s %7s %7s %8s\n", "replica", "joined", "requests", "waste",
                 "compiles", "graphs", "updates", "merges");
     for (const ReplicaReplayResult& x : r->replicas) {
@@ -535,7 +538,8 @@ int RunReplay(const ReplayFlags& f) {
                                   {"--join-at", !f.join_at.empty()},
                                   {"--store-outage", !f.store_outage.empty()},
                                   {"--isolated", f.isolated},
-                                  {"--fleet-weighting", !f.fleet_weighting.empty()}}) {
+                                  {"--fleet-weighting", !f.fleet_weighting.empty()},
+                                  {"--fleet-plan", f.fleet_plan}}) {
     if (set) return Fail(absl::InvalidArgumentError(fmt::format("{}: needs --replicas", flag)));
   }
   if (auto s = CheckFlagCombinations(f); !s.ok()) return Fail(s);
@@ -643,6 +647,9 @@ Command AddReplayCommand(CLI::App& app) {
                   "fleet replay: the store is down from T1 to T2 (trace seconds, T1:T2)");
   cmd->add_flag("--isolated", f->isolated,
                 "fleet replay: the replicas do not share statistics (the baseline)");
+  cmd->add_flag(
+      "--fleet-plan", f->fleet_plan,
+      "fleet replay: one plan per fleet (replica 0 plans and publishes, the others adopt)");
   cmd->add_option("--fleet-weighting", f->fleet_weighting,
                   "fleet replay: plan from the fleet's whole traffic (total, default) or the "
                   "mean replica's (mean)");

@@ -49,6 +49,9 @@ struct FleetPlanOptions {
   int64_t lease_ms = 180000;
   // Milliseconds a published plan lives without a new version (0: forever).
   int64_t plan_ttl_ms = 24 * 3600 * 1000;
+  // false: this replica only adopts (never takes the lease), e.g. one whose
+  // own policy does not plan (static).
+  bool may_lead = true;
 };
 
 struct FleetPlanStep {

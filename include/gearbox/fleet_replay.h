@@ -42,6 +42,13 @@ struct FleetReplayOptions : ReplayRunOptions {
   bool share_stats = true;
   // How the fleet's buckets are weighted (FleetStatsOptions::weighting).
   FleetWeighting weighting = FleetStatsOptions{}.weighting;
+  // One plan per fleet (gearbox/fleet_plan.h): replica 0 plans (the run's
+  // policy) and publishes after each of its updates; the others run the
+  // static policy, never lead, and after each of the leader's updates run
+  // one update of their own (pushing their statistics: the leader sees them
+  // one update later) and adopt a new version; a joining replica adopts the
+  // current plan before its first request.
+  bool fleet_plan = false;
   ReplicaSplit split = ReplicaSplit::kRoundRobin;
   std::string split_column;  // kHashColumn: a dimension (trace column) name
   // The last replica joins at this trace time (seconds, the trace's clock).
@@ -75,7 +82,9 @@ struct ReplicaReplayResult {
   uint64_t peak_graphs = 0;
   uint64_t final_graphs = 0;
   std::vector<std::vector<int64_t>> final_gears;
-  FleetStatsCounters fleet;  // zero without share_stats
+  FleetStatsCounters fleet;        // zero without share_stats
+  uint64_t plan_adoptions = 0;     // fleet plan versions this replica committed
+  uint64_t plan_publications = 0;  // ... it published (the leader)
   std::vector<WasteBucket> waste_timeline;
 };
 
@@ -84,6 +93,7 @@ struct FleetReplayResult {
   std::vector<std::string> dimensions;
   std::string store;  // "in-process" or "redis://HOST:PORT" (no credentials)
   bool share_stats = true;
+  bool fleet_plan = false;
   std::vector<ReplicaReplayResult> replicas;
   // The fleet: every replica's volumes and counts together.
   uint64_t requests = 0;

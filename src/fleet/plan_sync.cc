@@ -128,10 +128,12 @@ class FleetPlanSync::Impl {
   absl::StatusOr<FleetPlanStep> Step(AdaptiveGearRuntime* runtime, double now) {
     MutexLock lock(&mu);
     FleetPlanStep step;
-    absl::StatusOr<bool> leader =
-        store->AcquireLease(lease_key, options.replica_id, options.lease_ms);
-    if (!leader.ok()) return leader.status();
-    step.leader = *leader;
+    if (options.may_lead) {
+      absl::StatusOr<bool> leader =
+          store->AcquireLease(lease_key, options.replica_id, options.lease_ms);
+      if (!leader.ok()) return leader.status();
+      step.leader = *leader;
+    }
     absl::StatusOr<VersionedValue> stored = store->GetVersioned(plan_key);
     if (!stored.ok()) return stored.status();
     step.version = stored->version;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <unordered_set>
 
+#include "gearbox/fleet_plan.h"
 #include "gearbox/runtime.h"
 #include "nlohmann/json.hpp"
 #include "src/common/errors.h"
@@ -56,6 +57,7 @@ struct Replica {
   GraphResourcePool pool;
   ManualClock clock{0.0};
   std::unique_ptr<FleetStatsSync> sync;
+  std::unique_ptr<FleetPlanSync> plan;
   std::unique_ptr<AdaptiveGearRuntime> runtime;
   std::unique_ptr<internal::ReplaySchedule> schedule;
   ReplicaReplayResult result;
@@ -183,6 +185,15 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   std::vector<std::string> names;
   for (const auto& d : config.dims) names.push_back(d.name);
   std::vector<std::unique_ptr<Replica>> replicas;
+  // The leader updated since the followers last synchronised: with a fleet
+  // plan the followers (static policy, no schedule of their own) then run
+  // an update (which pushes their statistics through the merge hook) and
+  // adopt the plan.
+  bool leader_updated = false;
+  const auto Adopt = [](Replica& r, double at) {
+    absl::StatusOr<FleetPlanStep> step = r.plan->Step(r.runtime.get(), at);
+    if (step.ok() && step->adopted) ++r.result.plan_adoptions;
+  };
   auto start = [&](Replica& r, int index, double at) -> absl::Status {
     r.clock.Set(at);
     r.result.replica = index;
@@ -198,10 +209,28 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       r.sync = *std::move(sync);
       ro.merge_window_stats = r.sync->Hook();
     }
+    const bool leads = index == 0;
+    if (options.fleet_plan) {
+      FleetPlanOptions po;
+      po.replica_id = Cat("replica-", index);
+      po.may_lead = leads;
+      auto plan = FleetPlanSync::Create(&store, fingerprint, names, po);
+      if (!plan.ok()) return plan.status();
+      r.plan = *std::move(plan);
+      if (!leads) ro.policy = UpdatePolicy::kStatic;
+    }
     ReplicaReplayResult* result = &r.result;
     std::vector<double>* times = &r.update_times;
-    ro.on_update = [result, times, &options](const UpdateRecord& rec) {
+    Replica* self = &r;
+    ro.on_update = [result, times, self, leads, &options,
+                    &leader_updated](const UpdateRecord& rec) {
       times->push_back(rec.time);
+      if (self->plan != nullptr && leads) {
+        // After the update, outside the runtime's locks (RunOnce calls on_update there).
+        absl::StatusOr<FleetPlanStep> step = self->plan->Step(self->runtime.get(), rec.time);
+        if (step.ok() && step->published) ++result->plan_publications;
+        leader_updated = true;
+      }
       ++result->updates;
       if (rec.changed) ++result->updates_changed;
       if (options.on_update) options.on_update(rec);
@@ -212,6 +241,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     r.schedule =
         std::make_unique<internal::ReplaySchedule>(options, at, t_end, r.runtime.get(), &r.clock);
     r.active = true;
+    if (r.plan != nullptr && !leads) Adopt(r, at);  // the fleet's plan before the first request
     return absl::OkStatus();
   };
   for (int i = 0; i < options.replicas; ++i) {
@@ -239,6 +269,16 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     for (auto& r : replicas) {
       if (!r->active) continue;
       if (auto s = r->schedule->RunThrough(t); !s.ok()) return s;
+    }
+    if (leader_updated) {
+      leader_updated = false;
+      for (size_t k = 1; k < replicas.size(); ++k) {
+        Replica& f = *replicas[k];
+        if (!f.active) continue;
+        f.clock.Set(t);
+        if (auto s = f.runtime->RunOnce(t); !s.ok()) return s.status();
+        Adopt(f, t);
+      }
     }
     const int active = last.active ? options.replicas : options.replicas - 1;
     const int64_t* row = trace.row(i);
@@ -296,6 +336,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   out.dimensions = names;
   out.store = store.Describe();
   out.share_stats = options.share_stats;
+  out.fleet_plan = options.fleet_plan;
   double padded = 0, raw = 0;
   for (auto& r : replicas) {
     ReplicaReplayResult& res = r->result;
@@ -353,6 +394,7 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
   j["policy"] = r.policy;
   j["store"] = r.store;
   j["share_stats"] = r.share_stats;
+  j["fleet_plan"] = r.fleet_plan;
   j["replicas"] = r.replicas.size();
   nlohmann::ordered_json fleet;
   fleet["requests"] = r.requests;
@@ -403,6 +445,8 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["fleet_slots_pushed"] = x.fleet.slots_pushed;
     e["fleet_push_failures"] = x.fleet.push_failures;
     e["fleet_read_failures"] = x.fleet.read_failures;
+    e["plan_publications"] = x.plan_publications;
+    e["plan_adoptions"] = x.plan_adoptions;
     list.push_back(e);
   }
   j["per_replica"] = list;
