@@ -104,11 +104,13 @@ TEST_P(FleetPlanTest, TheLeaderPublishesAndAFollowerAdoptsOnce) {
 }
 
 TEST_P(FleetPlanTest, AnotherReplicaTakesOverWhenTheLeaseLapses) {
-  auto sa = Sync("a", 200);
-  auto sb = Sync("b", 200);
+  // Long enough that a loaded machine does not let it lapse between two calls.
+  constexpr int kLeaseMs = 1500;
+  auto sa = Sync("a", kLeaseMs);
+  auto sb = Sync("b", kLeaseMs);
   EXPECT_TRUE(sa->Step(runtimes_[0].get(), 100)->leader);
   EXPECT_FALSE(sb->Step(runtimes_[1].get(), 100)->leader);
-  Pass(400);  // a stopped renewing
+  Pass(2 * kLeaseMs);  // a stopped renewing
   auto step = sb->Step(runtimes_[1].get(), 101);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_TRUE(step->leader);

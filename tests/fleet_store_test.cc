@@ -121,15 +121,17 @@ TEST_P(StoreTest, CompareAndSetMovesTheVersionByOne) {
 }
 
 TEST_P(StoreTest, ALeaseIsRenewedOnlyByItsOwner) {
-  EXPECT_TRUE(*store_->AcquireLease("t:leader", "a", 200));
-  EXPECT_FALSE(*store_->AcquireLease("t:leader", "b", 200));
-  EXPECT_TRUE(*store_->AcquireLease("t:leader", "a", 200));  // renewal
-  ASSERT_TRUE(store_->ReleaseLease("t:leader", "b").ok());   // not b's: stays
-  EXPECT_FALSE(*store_->AcquireLease("t:leader", "b", 200));
+  // Long enough that a loaded machine does not let it lapse between two calls.
+  constexpr int kLeaseMs = 1500;
+  EXPECT_TRUE(*store_->AcquireLease("t:leader", "a", kLeaseMs));
+  EXPECT_FALSE(*store_->AcquireLease("t:leader", "b", kLeaseMs));
+  EXPECT_TRUE(*store_->AcquireLease("t:leader", "a", kLeaseMs));  // renewal
+  ASSERT_TRUE(store_->ReleaseLease("t:leader", "b").ok());        // not b's: stays
+  EXPECT_FALSE(*store_->AcquireLease("t:leader", "b", kLeaseMs));
   ASSERT_TRUE(store_->ReleaseLease("t:leader", "a").ok());
-  EXPECT_TRUE(*store_->AcquireLease("t:leader", "b", 200));
-  Pass(400);  // b never renewed: anyone may take over
-  EXPECT_TRUE(*store_->AcquireLease("t:leader", "a", 200));
+  EXPECT_TRUE(*store_->AcquireLease("t:leader", "b", kLeaseMs));
+  Pass(2 * kLeaseMs);  // b never renewed: anyone may take over
+  EXPECT_TRUE(*store_->AcquireLease("t:leader", "a", kLeaseMs));
 }
 
 TEST_P(StoreTest, HostileValuesAreErrorsNotCrashes) {
