@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libabsl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libdlpack-dev gnuplot-nox
+  redis-server libhiredis-dev
 )
 case "${1:-}" in
   --without-python) ;;

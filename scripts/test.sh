@@ -49,7 +49,7 @@ ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1
 stage "libFuzzer: ${fuzz_seconds} s per harness"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for harness in config trace plan pool runtime cli; do
+for harness in config trace plan pool runtime cli fleet; do
   mkdir -p "$work/$harness"
   cp fuzz/corpus/$harness/* "$work/$harness/"
   (cd "$work" && ASAN_OPTIONS="detect_leaks=1" "$OLDPWD/build-asan/fuzz/${harness}_fuzz" \
@@ -67,8 +67,8 @@ CXX=clang++-14 cmake -S . -B build-tsan -G Ninja "${sanitizer_flags[@]}" \
   -DGEARBOX_WERROR=ON -DGEARBOX_SANITIZE=thread -DGEARBOX_BUILD_BENCHMARKS=OFF \
   -DGEARBOX_BUILD_TOOLS=OFF -DGEARBOX_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target stress_test snapshot_store_test worker_test \
-  pool_test runtime_test fault_injection_test executor_test joint_test
+  pool_test runtime_test fault_injection_test executor_test joint_test fleet_stats_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure --no-tests=error -j "$jobs" \
-  -R '^(Policies/Stress|SnapshotStore|Worker|Pool|Runtime|EventLog|Faults|All/ProbeFaults|ProbeAboveOne|Executor|Joint)\.'
+  -R '^(Policies/Stress|SnapshotStore|Worker|Pool|Runtime|EventLog|Faults|All/ProbeFaults|ProbeAboveOne|Executor|Joint|FleetStatsThreadsTest)\.'
 stage "all tests passed"

@@ -11,6 +11,7 @@
 #include "gearbox/backends/builtin.h"
 #include "gearbox/config.h"
 #include "gearbox/executed_replay.h"
+#include "gearbox/fleet_replay.h"
 #include "gearbox/replay.h"
 #include "gearbox/replay_summary.h"
 #include "tools/commands.h"
@@ -39,6 +40,15 @@ struct ReplayFlags {
   // Exit 3 when a policy rejects more than this share of the requests.
   double max_reject_ratio = 0.01;
   size_t max_updates = ReplayRunOptions{}.max_updates;
+  // Fleet replay (gearbox/fleet_replay.h): 0 = the single-runtime replay.
+  int replicas = 0;
+  std::string store;            // redis://HOST:PORT; empty: the in-process stand-in
+  std::string replica_split;    // round-robin (default) or hash:COLUMN
+  std::string join_at;          // trace seconds; empty: every replica from the start
+  std::string store_outage;     // T1:T2
+  bool isolated = false;        // replicas that do not share (the baseline)
+  std::string fleet_weighting;  // total (default) or mean
+  bool fleet_plan = false;      // one plan per fleet (replica 0 leads)
 };
 
 int Fail(const absl::Status& s) {
@@ -447,7 +457,121 @@ int CheckRejections(const ReplayFlags& f, const std::vector<ReplayResult>& resul
   return 0;
 }
 
+// --replicas: one fleet replay per run; a table per run, the summary a JSON array.
+int RunFleetReplay(const ReplayFlags& f) {
+  for (const auto& [flag, set] : {std::pair{"--execute", !f.execute.empty()},
+                                  {"--optimum", f.optimum},
+                                  {"--plot", !f.plot.empty()},
+                                  {"--decisions", !f.decisions.empty()},
+                                  {"--update-at", !f.update_at.empty()}}) {
+    if (set) return Fail(absl::InvalidArgumentError(fmt::format("{}: not with --replicas", flag)));
+  }
+  FleetReplayOptions base;
+  base.replicas = f.replicas;
+  base.store_url = f.store;
+  base.share_stats = !f.isolated;
+  base.fleet_plan = f.fleet_plan;
+  base.bucket_seconds = f.bucket_seconds;
+  base.max_updates = f.max_updates;
+  if (!f.store.empty()) {
+    if (auto e = ParseRedisUrl(f.store, "--store"); !e.ok()) return Fail(e.status());
+  }
+  if (f.fleet_weighting == "total") {
+    base.weighting = FleetWeighting::kFleetTotal;
+  } else if (f.fleet_weighting == "mean") {
+    base.weighting = FleetWeighting::kPerReplicaMean;
+  } else if (!f.fleet_weighting.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        fmt::format("--fleet-weighting: \"{}\" is not allowed; mean or total", f.fleet_weighting)));
+  }
+  if (!f.replica_split.empty()) {
+    if (auto s = ParseReplicaSplit(f.replica_split, &base); !s.ok()) return Fail(s);
+  }
+  if (!f.join_at.empty()) {
+    auto t = ParseTimes(f.join_at);
+    if (!t.ok() || t->size() != 1) {
+      return Fail(absl::InvalidArgumentError(
+          fmt::format("--join-at: \"{}\" is not allowed; one trace time in seconds", f.join_at)));
+    }
+    base.join_at = t->front();
+  }
+  if (!f.store_outage.empty()) {
+    auto o = ParseStoreOutage(f.store_outage);
+    if (!o.ok()) return Fail(o.status());
+    base.store_outage = *o;
+  }
+  auto runs = ParseRuns(f);
+  if (!runs.ok()) return Fail(runs.status());
+  auto config = LoadConfigFile(f.config);
+  if (!config.ok()) return Fail(config.status());
+  std::vector<std::string> dims;
+  for (const auto& d : config->dims) dims.push_back(d.name);
+  auto trace = LoadTraceFile(f.trace, dims);
+  if (!trace.ok()) return Fail(trace.status());
+  Outputs outputs;
+  if (auto s = outputs.Open(f); !s.ok()) return Fail(s);
+  std::string json = "[";
+  for (const ReplayRunOptions& run : *runs) {
+    FleetReplayOptions o = base;
+    static_cast<ReplayRunOptions&>(o) = run;
+    o.max_updates = f.max_updates;
+    auto r = FleetReplay(*config, *trace, o);
+    if (!r.ok()) return Fail(r.status());
+    std::printf("fleet replay: %s, %zu replicas, store %s%s%s\n", r->policy.c_str(),
+                r->replicas.size(), r->store.c_str(), r->share_stats ? "" : " (isolated)",
+                r->fleet_plan ? ", one plan (replica 0 leads)" : "");
+    std::printf("%8s %9s %10s %9s %8s %7s %7s %8s\n", "replica", "joined", "requests", "waste",
+                "compiles", "graphs", "updates", "merges");
+    for (const ReplicaReplayResult& x : r->replicas) {
+      std::printf("%8d %9.0f %10llu %9s %8llu %7llu %7llu %8llu\n", x.replica, x.joined_at,
+                  static_cast<unsigned long long>(x.requests), Percent(x.padding_waste).c_str(),
+                  static_cast<unsigned long long>(x.compiles),
+                  static_cast<unsigned long long>(x.final_graphs),
+                  static_cast<unsigned long long>(x.updates),
+                  static_cast<unsigned long long>(x.fleet.merges));
+    }
+    std::printf("%8s %9s %10llu %9s %8llu %7llu\n", "fleet", "",
+                static_cast<unsigned long long>(r->requests), Percent(r->padding_waste).c_str(),
+                static_cast<unsigned long long>(r->compiles),
+                static_cast<unsigned long long>(r->final_graphs));
+    std::printf(
+        "store: %llu calls (%llu failed, %llu refused by the breaker), %llu bytes sent, "
+        "%llu received\n",
+        static_cast<unsigned long long>(r->store_counters.calls),
+        static_cast<unsigned long long>(r->store_counters.failures),
+        static_cast<unsigned long long>(r->store_counters.skipped),
+        static_cast<unsigned long long>(r->store_counters.bytes_sent),
+        static_cast<unsigned long long>(r->store_counters.bytes_received));
+    if (o.join_at.has_value()) {
+      if (r->join_converged_seconds.has_value()) {
+        std::printf(
+            "joining replica: reached the others' waste %.0f s after joining (%llu "
+            "updates)\n",
+            *r->join_converged_seconds,
+            static_cast<unsigned long long>(r->join_converged_updates.value_or(0)));
+      } else {
+        std::printf("joining replica: never reached the others' waste\n");
+      }
+    }
+    json += (json.size() > 1 ? ",\n" : "") + FleetReplayResultJson(*r);
+  }
+  json += "]\n";
+  if (outputs.summary) outputs.summary->stream() << json;
+  if (auto s = outputs.CommitAll(); !s.ok()) return Fail(s);
+  return 0;
+}
+
 int RunReplay(const ReplayFlags& f) {
+  if (f.replicas != 0) return RunFleetReplay(f);
+  for (const auto& [flag, set] : {std::pair{"--store", !f.store.empty()},
+                                  {"--replica-split", !f.replica_split.empty()},
+                                  {"--join-at", !f.join_at.empty()},
+                                  {"--store-outage", !f.store_outage.empty()},
+                                  {"--isolated", f.isolated},
+                                  {"--fleet-weighting", !f.fleet_weighting.empty()},
+                                  {"--fleet-plan", f.fleet_plan}}) {
+    if (set) return Fail(absl::InvalidArgumentError(fmt::format("{}: needs --replicas", flag)));
+  }
   if (auto s = CheckFlagCombinations(f); !s.ok()) return Fail(s);
   auto runs = ParseRuns(f);
   if (!runs.ok()) return Fail(runs.status());
@@ -540,6 +664,25 @@ Command AddReplayCommand(CLI::App& app) {
       "--max-reject-ratio", f->max_reject_ratio,
       fmt::format("exit 3 when a policy rejects more than this share of the requests (default {})",
                   f->max_reject_ratio));
+  cmd->add_option("--replicas", f->replicas,
+                  "fleet replay: split the trace across this many simulated replicas sharing "
+                  "statistics (docs/FLEET.md)")
+      ->check(NumberIn(1, 256, "an integer in [1, 256]"));
+  cmd->add_option("--store", f->store,
+                  "fleet replay: redis://127.0.0.1:PORT (default: the in-process stand-in)");
+  cmd->add_option("--replica-split", f->replica_split,
+                  "fleet replay: round-robin (default) or hash:COLUMN");
+  cmd->add_option("--join-at", f->join_at, "fleet replay: the last replica joins at this time (s)");
+  cmd->add_option("--store-outage", f->store_outage,
+                  "fleet replay: the store is down from T1 to T2 (trace seconds, T1:T2)");
+  cmd->add_flag("--isolated", f->isolated,
+                "fleet replay: the replicas do not share statistics (the baseline)");
+  cmd->add_flag(
+      "--fleet-plan", f->fleet_plan,
+      "fleet replay: one plan per fleet (replica 0 plans and publishes, the others adopt)");
+  cmd->add_option("--fleet-weighting", f->fleet_weighting,
+                  "fleet replay: plan from the fleet's whole traffic (total, default) or the "
+                  "mean replica's (mean)");
   return [f] { return RunReplay(*f); };
 }
 

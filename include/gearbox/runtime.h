@@ -69,6 +69,19 @@ struct RuntimeOptions {
   // Called after each update with its record, on the updating thread. An
   // exception from it propagates out of RunOnce (the worker logs it).
   std::function<void(const UpdateRecord&)> on_update;
+  // Fleet statistics (gearbox/fleet_stats.h: FleetStatsSync::Hook()):
+  // called by RunOnce with the window statistics at `now` before the policy
+  // runs; it may replace each dimension's `sizes` and `observed_seconds`
+  // (what the replan policy plans from; the per-gear statistics the
+  // adaptive policy reads stay local). With it set, the statistics carry
+  // each dimension's per-slot sizes (DimensionStats::slot_sizes) for it to
+  // share. Called on the updating thread under the runtime's commit lock
+  // (updates stay serialized) but outside the stats lock and every lock the
+  // request path takes: a slow store delays an update, never a request. It
+  // must not call this runtime's RunOnce, CommitUpdate, CheckTrigger,
+  // CheckIntervalSeconds or SetReplanCostModel (they take the commit lock).
+  // An exception from it is logged and the update uses the local statistics.
+  std::function<void(double now, WindowStats* stats)> merge_window_stats;
   // Where warnings go; null means stderr.
   LogSink log;
   // Events per recording thread's ring (rounded up to a power of two). The
@@ -201,6 +214,7 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
  private:
   class Impl;
   AdaptiveGearRuntime(RuntimeOptions options, GearSet initial);
+  void MergeWindowStats(double now, WindowStats* stats);
 
   RuntimeOptions options_;
   const int num_dimensions_;

@@ -113,6 +113,16 @@ struct WeightedSize {
   double weight = 0.0;
 };
 
+// One window slot's sizes, for sharing with a fleet (gearbox/fleet_stats.h):
+// the slot's absolute index (it starts at index x window_seconds /
+// window_slots) and its sizes (as in DimensionStats::sizes) each weighted
+// relative to the slot's start, sum of count x exp(lambda (t - start)); the
+// weight at `now` is that times exp(-lambda (now - start)).
+struct SlotSizes {
+  int64_t slot = 0;
+  std::vector<WeightedSize> sizes;  // ascending by size
+};
+
 struct DimensionStats {
   std::string name;
   double total_weighted_hits = 0.0;
@@ -127,6 +137,9 @@ struct DimensionStats {
   // sample to now, at most window_seconds): rates read from `sizes` divide
   // by its decayed length, so a young runtime does not underestimate them.
   double observed_seconds = 0.0;
+  // The window's slots with samples, oldest first; filled only when the
+  // runtime has a merge hook (RuntimeOptions::merge_window_stats).
+  std::vector<SlotSizes> slot_sizes;
   // Gears of this dimension evicted recently, with when (the runtime keeps
   // an hour of them).
   std::vector<std::pair<int64_t, double>> recently_removed;

@@ -404,6 +404,23 @@ WindowStats AdaptiveGearRuntime::BuildStatsSnapshot(double now) {
                                  /*with_sizes=*/options_.policy == UpdatePolicy::kReplan);
 }
 
+// RuntimeOptions::merge_window_stats, on a copy: a hook that throws halfway
+// leaves the local statistics whole.
+void AdaptiveGearRuntime::MergeWindowStats(double now, WindowStats* stats) {
+  WindowStats merged = *stats;
+  try {
+    options_.merge_window_stats(now, &merged);
+  } catch (const std::exception& e) {
+    Log(LogLevel::kWarning,
+        internal::Cat("merge_window_stats threw (local statistics used): ", e.what()));
+    return;
+  } catch (...) {
+    Log(LogLevel::kWarning, "merge_window_stats threw (local statistics used)");
+    return;
+  }
+  *stats = std::move(merged);
+}
+
 absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrigger trigger) {
   if (!std::isfinite(now)) {
     return internal::InvalidFieldValue("now", now, "a finite time in seconds");
@@ -417,9 +434,12 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     {
       MutexLock lock(&impl_->stats_mu);
       impl_->FoldAllLocked();
-      stats = impl_->window.Summarize(now, *current,
-                                      /*with_sizes=*/options_.policy == UpdatePolicy::kReplan);
+      stats =
+          impl_->window.Summarize(now, *current,
+                                  /*with_sizes=*/options_.policy == UpdatePolicy::kReplan,
+                                  /*with_slots=*/static_cast<bool>(options_.merge_window_stats));
     }
+    if (options_.merge_window_stats) MergeWindowStats(now, &stats);
     const MemoryState memory = ReadMemory();
     UpdateDecision decision;
     switch (options_.policy) {

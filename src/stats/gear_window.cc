@@ -124,6 +124,21 @@ void GearWindow::AddWeightedSizes(double now, const WindowGeometry& geometry,
   }
 }
 
+void GearWindow::AddSlotSizes(double now, const WindowGeometry& geometry,
+                              std::map<int64_t, std::map<int64_t, double>>* by_slot) const {
+  const double window_start = now - geometry.window_seconds;
+  for (const Slot& slot : ring_) {
+    if (slot.index == INT64_MIN || slot.samples == 0) continue;
+    const double start = geometry.SlotStart(slot.index);
+    if (start > now || start + geometry.slot_seconds <= window_start) continue;
+    const double per_sample = slot.weight / static_cast<double>(slot.samples);
+    std::map<int64_t, double>& sizes = (*by_slot)[slot.index];
+    slot.raw.ForEachBinRange([&](int64_t low, int64_t high, uint64_t count) {
+      sizes[low <= gear_ ? std::min(high, gear_) : high] += per_sample * static_cast<double>(count);
+    });
+  }
+}
+
 double GearWindow::OldestSampleSlot(double now, const WindowGeometry& geometry) const {
   double oldest = std::numeric_limits<double>::infinity();
   const double window_start = now - geometry.window_seconds;

@@ -63,6 +63,10 @@ class GearWindow {
   // for the samples it served padded).
   void AddWeightedSizes(double now, const WindowGeometry& geometry,
                         std::map<int64_t, double>* weights) const;
+  // The same per slot, each weight relative to its slot's start (no decay
+  // to `now`): (*by_slot)[slot index][size] += weight.
+  void AddSlotSizes(double now, const WindowGeometry& geometry,
+                    std::map<int64_t, std::map<int64_t, double>>* by_slot) const;
   // Start of the oldest slot in the window at `now` that holds a sample
   // (+infinity when none).
   double OldestSampleSlot(double now, const WindowGeometry& geometry) const;

@@ -138,7 +138,8 @@ void WindowStore::ForgetKeys(const std::unordered_set<GraphKey>& keys) {
   }
 }
 
-WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with_sizes) const {
+WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with_sizes,
+                                   bool with_slots) const {
   WindowStats stats;
   stats.now = now;
   for (int d = 0; d < current.num_dimensions(); ++d) {
@@ -155,6 +156,17 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with
       for (const auto& [size, weight] : weights) ds.sizes.push_back({size, weight});
       ds.observed_seconds =
           std::isfinite(oldest) ? std::clamp(now - oldest, 0.0, geometry_.window_seconds) : 0.0;
+    }
+    if (with_slots) {
+      std::map<int64_t, std::map<int64_t, double>> by_slot;
+      for (const auto& state : dimensions_[d].states) {
+        state->window.AddSlotSizes(now, geometry_, &by_slot);
+      }
+      for (const auto& [slot, sizes] : by_slot) {
+        SlotSizes& out = ds.slot_sizes.emplace_back();
+        out.slot = slot;
+        for (const auto& [size, weight] : sizes) out.sizes.push_back({size, weight});
+      }
     }
     for (int64_t gear : current.gears(d)) {
       const GearState* state = dimensions_[d].Find(gear);

@@ -46,8 +46,10 @@ class WindowStore {
   // once (the variant can never run again on the current gears).
   bool AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys);
 
-  // `with_sizes`: also fill each dimension's weighted size distribution.
-  WindowStats Summarize(double now, const GearSet& current, bool with_sizes = false) const;
+  // `with_sizes`: also fill each dimension's weighted size distribution;
+  // `with_slots`: and its per-slot sizes (DimensionStats::slot_sizes).
+  WindowStats Summarize(double now, const GearSet& current, bool with_sizes = false,
+                        bool with_slots = false) const;
 
   // Applies a committed update: windows for added gears (created at `now`),
   // removal of evicted gears, and for a joint or sparse gear set the new

@@ -1,0 +1,88 @@
+// One plan per fleet: a leader (a lease with expiry, renewed by its owner;
+// any replica takes over once it lapses) publishes its gear lists as a
+// versioned plan (compare-and-set on the version); the other replicas adopt
+// a newer plan through AdaptiveGearRuntime::CommitUpdate.
+//
+// Call Step after each update, on the updating thread, outside the
+// runtime's locks (e.g. from RuntimeOptions::on_update, which RunOnce calls
+// after releasing them); never from merge_window_stats (CommitUpdate takes
+// the commit lock that hook runs under). With the store unreachable Step
+// returns its status and changes nothing: the replica keeps its own gears.
+#ifndef GEARBOX_FLEET_PLAN_H_
+#define GEARBOX_FLEET_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gearbox/export.h"
+#include "gearbox/fleet.h"
+#include "gearbox/runtime.h"
+
+namespace gearbox {
+
+struct FleetPlan {
+  uint64_t version = 0;                     // the store's version (0: no plan)
+  std::string leader;                       // the replica that published it
+  double time = 0.0;                        // the leader's clock when it published, seconds
+  std::vector<std::vector<int64_t>> gears;  // per dimension, ascending
+};
+
+// The payload: "gearbox-plan 1", "leader <id>", "time <seconds>", then one
+// "dim <name> <g1>,<g2>,..." line per dimension, '\n'-separated.
+GEARBOX_EXPORT std::string EncodeFleetPlan(const FleetPlan& plan,
+                                           const std::vector<std::string>& dimensions);
+// Validates and decodes a payload for these dimensions (same names, same
+// order; 1..64 gears each, strictly ascending, in 1..2^40; at most 64 KiB).
+// Errors (kDataLoss) name the line and what is allowed. Pure; fuzzed.
+GEARBOX_EXPORT absl::StatusOr<FleetPlan> DecodeFleetPlan(
+    std::string_view payload, const std::vector<std::string>& dimensions);
+
+struct FleetPlanOptions {
+  // Required: this replica's id (as FleetStatsOptions::replica_id).
+  std::string replica_id;
+  // Milliseconds the leader's lease lasts; renewed at every Step. Longer
+  // than the time between two updates, or the leadership flaps. 1..1 day.
+  int64_t lease_ms = 180000;
+  // Milliseconds a published plan lives without a new version (0: forever).
+  int64_t plan_ttl_ms = 24 * 3600 * 1000;
+  // false: this replica only adopts (never takes the lease), e.g. one whose
+  // own policy does not plan (static).
+  bool may_lead = true;
+};
+
+struct FleetPlanStep {
+  bool leader = false;     // this replica holds the lease now
+  bool published = false;  // ... and wrote a new version
+  bool adopted = false;    // a follower committed the fleet's plan
+  uint64_t version = 0;    // the plan's version after the step (0: none)
+};
+
+// Thread-safety: Step serializes on an internal mutex (held across the
+// store calls and the CommitUpdate); the store and runtime must outlive it.
+class GEARBOX_EXPORT FleetPlanSync {
+ public:
+  static absl::StatusOr<std::unique_ptr<FleetPlanSync>> Create(FleetStore* store,
+                                                               const FleetFingerprint& fingerprint,
+                                                               std::vector<std::string> dimensions,
+                                                               FleetPlanOptions options);
+  ~FleetPlanSync();
+
+  // Leader: renews the lease and publishes the runtime's gear lists when
+  // they differ from the stored plan. Follower: adopts a plan with a version
+  // it has not adopted yet that differs from its gears. A stored plan that
+  // fails validation is an error (logged by the caller), never adopted.
+  absl::StatusOr<FleetPlanStep> Step(AdaptiveGearRuntime* runtime, double now);
+
+ private:
+  class Impl;
+  explicit FleetPlanSync(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_FLEET_PLAN_H_

@@ -1,0 +1,119 @@
+// Shared statistics: every replica of a fleet plans from the fleet's traffic.
+//
+// At each update (RuntimeOptions::merge_window_stats = sync->Hook()) a
+// replica
+//  1. pushes each window slot it has not pushed yet and that ended at least
+//     push_lag_seconds ago: per dimension its sizes with their weights
+//     relative to the slot's start, as commutative float increments into the
+//     slot's bucket hash (one per slot: the buckets of all replicas line up
+//     in time), once per (replica, slot): a retried or duplicated push
+//     changes nothing, a lost one only leaves that slot out;
+//  2. reads the buckets of the window (one pipelined round trip) and merges
+//     them, decayed to `now` exactly as the local window is, with its own
+//     slots not pushed yet (the current one); the merged sizes replace the
+//     local `sizes` and `observed_seconds` the replan policy plans from.
+// With the store unreachable (or a bucket rejected) the local statistics
+// are used: the runtime keeps planning alone and resynchronises when the
+// store returns (slots not pushed yet are pushed then, if still in the window).
+//
+// Weights: by default the fleet's whole traffic (kFleetTotal): every replica
+// plans the gears one runtime serving all of it would (the padding a gear
+// saves is fleet-wide; so is its compile once artifacts are shared). With
+// kPerReplicaMean each bucket is divided by the replicas that pushed it: a
+// replica plans for its share of the traffic with the fleet's distribution
+// (fewer gears, each replica paying its own compiles). docs/FLEET.md has
+// both measured.
+#ifndef GEARBOX_FLEET_STATS_H_
+#define GEARBOX_FLEET_STATS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gearbox/export.h"
+#include "gearbox/fleet.h"
+#include "gearbox/log.h"
+#include "gearbox/options.h"
+#include "gearbox/stats.h"
+
+namespace gearbox {
+
+enum class FleetWeighting {
+  kPerReplicaMean,  // each bucket divided by the replicas that pushed it
+  kFleetTotal,      // the fleet's whole traffic
+};
+
+struct FleetStatsOptions {
+  // Required: this replica's name in the fleet, unique per replica (1..64 of
+  // A-Z a-z 0-9 . _ -). Two replicas with one id would drop each other's pushes.
+  std::string replica_id;
+  // Seconds after a slot's end before it is pushed (events recorded late
+  // still land in it locally first). 0..window_seconds.
+  double push_lag_seconds = 2.0;
+  FleetWeighting weighting = FleetWeighting::kFleetTotal;
+  // Buckets and push markers expire window_seconds + one slot + this many
+  // seconds after their last push (> 0): a bucket outlives the window it
+  // counts in, and nothing is left behind by a fleet that stopped.
+  double extra_ttl_seconds = 60.0;
+};
+
+// A bucket as read back: how many replicas pushed it and, per dimension,
+// the sizes with their weights (relative to the slot's start), ascending.
+struct FleetStatsBucket {
+  double replicas = 0.0;
+  std::vector<std::vector<WeightedSize>> sizes;  // [dimension]
+};
+// Validates and decodes a bucket hash: field "n" (replicas, 1..1e6) and
+// fields "<dimension>:<size>" (dimension 0..num_dimensions-1, size
+// 1..2^40, decimal without sign or leading zeros) with a weight 0..1e15;
+// anything else (an unknown field, a bad number, a missing "n") is an error
+// naming the field. Pure; fuzzed.
+GEARBOX_EXPORT absl::StatusOr<FleetStatsBucket> DecodeFleetStatsBucket(
+    const FleetHash& hash, int num_dimensions, const FleetValueLimits& limits = {});
+
+struct FleetStatsCounters {
+  uint64_t merges = 0;             // updates whose statistics included the fleet's
+  uint64_t local_only = 0;         // ... that used the local statistics (store failed)
+  uint64_t slots_pushed = 0;       // slot pushes the store applied
+  uint64_t slots_duplicate = 0;    // ... it had already (a retry: nothing changed)
+  uint64_t push_failures = 0;      // pushes that failed (retried at the next update)
+  uint64_t read_failures = 0;      // window reads that failed
+  uint64_t buckets_rejected = 0;   // buckets that failed validation (left out, logged)
+  double fleet_replicas_seen = 0;  // replicas in the newest bucket read (0: none)
+};
+
+// Thread-safety: Merge may be called from any thread; calls serialize on
+// one internal mutex, held across the store calls (the runtime's update
+// path already serializes them). counters() may be called from any thread
+// and waits for a Merge in progress. The store must outlive this object.
+class GEARBOX_EXPORT FleetStatsSync {
+ public:
+  // `dimensions`: the runtime's dimension names, in gear-set order.
+  // Errors name the bad field (fingerprint, replica_id, options).
+  static absl::StatusOr<std::unique_ptr<FleetStatsSync>> Create(
+      FleetStore* store, const FleetFingerprint& fingerprint, std::vector<std::string> dimensions,
+      const AdaptiveOptions& adaptive, FleetStatsOptions options, LogSink log = nullptr);
+  ~FleetStatsSync();
+
+  // Pushes, reads and merges as above; on any store failure leaves `stats`
+  // as it was (local).
+  void Merge(double now, WindowStats* stats);
+  // A RuntimeOptions::merge_window_stats calling Merge (this must outlive the runtime).
+  std::function<void(double, WindowStats*)> Hook();
+
+  FleetStatsCounters counters() const;
+  // The bucket key of a slot (for tests and docs).
+  std::string BucketKey(int64_t slot) const;
+
+ private:
+  class Impl;
+  explicit FleetStatsSync(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gearbox
+
+#endif  // GEARBOX_FLEET_STATS_H_

@@ -1,0 +1,310 @@
+// FleetStatsSync: pushes window slots as bucket increments, merges the fleet's window.
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "gearbox/fleet_stats.h"
+#include "src/common/errors.h"
+#include "src/common/mutex.h"
+
+namespace gearbox {
+
+using internal::Cat;
+
+namespace {
+
+constexpr int64_t kMaxSize = int64_t{1} << 40;
+constexpr double kMaxWeight = 1e15;
+constexpr double kMaxReplicas = 1e6;
+
+// A decimal integer without sign or leading zeros, in [lo, hi].
+bool ParseCanonicalInt(std::string_view text, int64_t lo, int64_t hi, int64_t* out) {
+  if (text.empty() || text.size() > 19 || (text.size() > 1 && text[0] == '0')) return false;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && ptr == text.data() + text.size() && *out >= lo && *out <= hi;
+}
+
+bool ValidReplicaId(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<FleetStatsBucket> DecodeFleetStatsBucket(const FleetHash& hash, int num_dimensions,
+                                                        const FleetValueLimits& limits) {
+  if (auto s = CheckFleetHash(hash, limits); !s.ok()) return s;
+  if (num_dimensions < 1 || num_dimensions > 64) {
+    return internal::InvalidFieldValue("num_dimensions", num_dimensions, "1..64");
+  }
+  FleetStatsBucket bucket;
+  bucket.sizes.resize(static_cast<size_t>(num_dimensions));
+  std::vector<std::map<int64_t, double>> sizes(static_cast<size_t>(num_dimensions));
+  bool have_replicas = false;
+  for (const auto& [field, value] : hash) {
+    absl::StatusOr<double> x = DecodeFleetFloat(value);
+    if (!x.ok()) return internal::WithContext(x.status(), Cat("stats field \"", field, "\""));
+    if (field == "n") {
+      if (!(*x >= 1.0 && *x <= kMaxReplicas)) {
+        return absl::DataLossError(
+            Cat("stats field \"n\": ", *x, " is not allowed; a replica count in [1, 1e6]"));
+      }
+      bucket.replicas = *x;
+      have_replicas = true;
+      continue;
+    }
+    const size_t colon = field.find(':');
+    int64_t d = 0;
+    int64_t size = 0;
+    if (colon == std::string::npos ||
+        !ParseCanonicalInt(std::string_view(field).substr(0, colon), 0, num_dimensions - 1, &d) ||
+        !ParseCanonicalInt(std::string_view(field).substr(colon + 1), 1, kMaxSize, &size)) {
+      return absl::DataLossError(Cat("stats field \"", field.substr(0, 64),
+                                     "\" is not allowed; \"n\" or \"<dimension 0..",
+                                     num_dimensions - 1, ">:<size 1..2^40>\""));
+    }
+    if (!(*x >= 0.0 && *x <= kMaxWeight)) {
+      return absl::DataLossError(
+          Cat("stats field \"", field, "\": weight ", *x, " is not allowed; 0..1e15"));
+    }
+    sizes[static_cast<size_t>(d)][size] += *x;
+  }
+  if (!have_replicas) {
+    return absl::DataLossError("stats bucket: no \"n\" field (the replicas that pushed it)");
+  }
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    for (const auto& [size, weight] : sizes[d]) bucket.sizes[d].push_back({size, weight});
+  }
+  return bucket;
+}
+
+// Thread-safety: `mu` is held for a whole Merge (store calls included) and
+// guards the counters, the push watermark and the outage flag.
+class FleetStatsSync::Impl {
+ public:
+  Impl(FleetStore* s, std::string p, std::vector<std::string> dims, const AdaptiveOptions& a,
+       FleetStatsOptions o, LogSink l)
+      : store(s),
+        prefix(std::move(p)),
+        dimensions(std::move(dims)),
+        window_seconds(a.window_seconds),
+        slot_seconds(a.window_seconds / a.window_slots),
+        lambda(std::log(2.0) / a.half_life_seconds),
+        options(std::move(o)),
+        log(std::move(l)),
+        ttl_ms(static_cast<int64_t>(
+            std::ceil((window_seconds + slot_seconds + options.extra_ttl_seconds) * 1000.0))) {}
+
+  FleetStore* const store;
+  const std::string prefix;  // "<fingerprint prefix>:stats:<dims>:w<slot ms>"
+  const std::vector<std::string> dimensions;
+  const double window_seconds;
+  const double slot_seconds;
+  const double lambda;
+  const FleetStatsOptions options;
+  const LogSink log;
+  const int64_t ttl_ms;
+
+  mutable Mutex mu;
+  FleetStatsCounters counters ABSL_GUARDED_BY(mu);
+  // Every local slot up to this one is pushed (or had no samples).
+  int64_t pushed_through ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::min();
+  bool store_failing ABSL_GUARDED_BY(mu) = false;  // logs once per outage
+
+  void Log(LogLevel level, std::string_view message) const {
+    if (log) {
+      log(level, message);
+    } else {
+      StderrLogSink(level, message);
+    }
+  }
+  std::string Key(int64_t slot) const { return Cat(prefix, ":", slot); }
+  int64_t SlotOf(double t) const { return static_cast<int64_t>(std::floor(t / slot_seconds)); }
+
+  void StoreFailed(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!store_failing) {
+      Log(LogLevel::kWarning,
+          Cat("fleet statistics: ", internal::Message(s), "; planning from local statistics"));
+    }
+    store_failing = true;
+  }
+
+  void Merge(double now, WindowStats* stats) {
+    MutexLock lock(&mu);
+    if (stats->dimensions.size() != dimensions.size()) return;
+    for (size_t d = 0; d < dimensions.size(); ++d) {
+      if (stats->dimensions[d].name != dimensions[d]) return;  // not this runtime's statistics
+    }
+    // Local slots by index: per dimension its sizes.
+    std::map<int64_t, std::vector<const SlotSizes*>> local;
+    for (size_t d = 0; d < dimensions.size(); ++d) {
+      for (const SlotSizes& s : stats->dimensions[d].slot_sizes) {
+        std::vector<const SlotSizes*>& row = local[s.slot];
+        row.resize(dimensions.size(), nullptr);
+        row[d] = &s;
+      }
+    }
+    // 1. Push the completed slots not pushed yet, oldest first.
+    const int64_t last_complete = SlotOf(now - options.push_lag_seconds) - 1;
+    bool push_ok = true;
+    for (auto it = local.upper_bound(pushed_through);
+         it != local.end() && it->first <= last_complete; ++it) {
+      std::vector<FieldIncrement> increments;
+      increments.push_back({"n", 1.0});
+      for (size_t d = 0; d < it->second.size(); ++d) {
+        if (it->second[d] == nullptr) continue;
+        for (const WeightedSize& w : it->second[d]->sizes) {
+          increments.push_back({Cat(d, ":", w.size), w.weight});
+        }
+      }
+      const std::string key = Key(it->first);
+      absl::StatusOr<bool> r =
+          store->IncrementOnce(key, increments, Cat(key, ":r:", options.replica_id), ttl_ms);
+      if (!r.ok()) {
+        ++counters.push_failures;
+        StoreFailed(r.status());
+        push_ok = false;
+        break;
+      }
+      ++(*r ? counters.slots_pushed : counters.slots_duplicate);
+      pushed_through = it->first;
+    }
+    if (push_ok) pushed_through = std::max(pushed_through, last_complete);
+
+    // 2. Read the window's buckets.
+    const int64_t first = SlotOf(now - window_seconds);
+    const int64_t last = SlotOf(now);
+    std::vector<std::string> keys;
+    for (int64_t k = first; k <= last; ++k) keys.push_back(Key(k));
+    absl::StatusOr<std::vector<std::optional<FleetHash>>> read = store->GetHashes(keys);
+    if (!read.ok() || read->size() != keys.size()) {
+      ++counters.read_failures;
+      ++counters.local_only;
+      StoreFailed(read.ok() ? absl::DataLossError("wrong number of replies") : read.status());
+      return;
+    }
+    if (store_failing) {
+      Log(LogLevel::kInfo, "fleet statistics: store reachable again; merging the fleet's window");
+    }
+    store_failing = false;
+
+    // 3. Merge: fleet buckets, and local slots the fleet does not hold (not
+    // pushed yet, or a bucket lost or rejected).
+    std::vector<std::map<int64_t, double>> merged(dimensions.size());
+    double oldest = std::numeric_limits<double>::infinity();
+    bool any_fleet = false;
+    double newest_replicas = 0;
+    const double window_start = now - window_seconds;
+    for (int64_t k = first; k <= last; ++k) {
+      const double start = static_cast<double>(k) * slot_seconds;
+      if (start > now || start + slot_seconds <= window_start) continue;
+      const double decay = std::exp(-lambda * (now - start));
+      const std::optional<FleetHash>& raw = (*read)[static_cast<size_t>(k - first)];
+      bool from_fleet = false;
+      if (raw.has_value() && k <= pushed_through) {
+        absl::StatusOr<FleetStatsBucket> bucket =
+            DecodeFleetStatsBucket(*raw, static_cast<int>(dimensions.size()));
+        if (!bucket.ok()) {
+          ++counters.buckets_rejected;
+          Log(LogLevel::kError, Cat("fleet statistics: bucket ", Key(k),
+                                    " rejected (left out): ", internal::Message(bucket.status())));
+        } else {
+          const double scale =
+              options.weighting == FleetWeighting::kPerReplicaMean ? 1.0 / bucket->replicas : 1.0;
+          for (size_t d = 0; d < dimensions.size(); ++d) {
+            for (const WeightedSize& w : bucket->sizes[d]) {
+              merged[d][w.size] += w.weight * decay * scale;
+            }
+          }
+          from_fleet = true;
+          any_fleet = true;
+          newest_replicas = bucket->replicas;
+          oldest = std::min(oldest, start);
+        }
+      }
+      if (from_fleet) continue;
+      auto mine = local.find(k);
+      if (mine == local.end()) continue;
+      for (size_t d = 0; d < mine->second.size(); ++d) {
+        if (mine->second[d] == nullptr) continue;
+        for (const WeightedSize& w : mine->second[d]->sizes) merged[d][w.size] += w.weight * decay;
+      }
+      oldest = std::min(oldest, start);
+    }
+    counters.fleet_replicas_seen = newest_replicas;
+    if (!any_fleet) {
+      ++counters.local_only;
+      return;  // nothing shared yet: exactly the local statistics
+    }
+    ++counters.merges;
+    for (size_t d = 0; d < dimensions.size(); ++d) {
+      DimensionStats& ds = stats->dimensions[d];
+      ds.sizes.clear();
+      for (const auto& [size, weight] : merged[d]) ds.sizes.push_back({size, weight});
+      const double fleet_observed = std::clamp(now - oldest, 0.0, window_seconds);
+      ds.observed_seconds = std::max(ds.observed_seconds, fleet_observed);
+    }
+  }
+};
+
+absl::StatusOr<std::unique_ptr<FleetStatsSync>> FleetStatsSync::Create(
+    FleetStore* store, const FleetFingerprint& fingerprint, std::vector<std::string> dimensions,
+    const AdaptiveOptions& adaptive, FleetStatsOptions options, LogSink log) {
+  if (store == nullptr) return internal::InvalidField("store", "null", "a FleetStore");
+  if (auto s = ValidateFleetFingerprint(fingerprint); !s.ok()) return s;
+  if (auto s = ValidateAdaptiveOptions(adaptive); !s.ok()) return s;
+  if (!ValidReplicaId(options.replica_id)) {
+    return internal::InvalidField("fleet.replica_id",
+                                  Cat("\"", options.replica_id.substr(0, 80), "\""),
+                                  "1..64 characters of A-Z a-z 0-9 . _ -");
+  }
+  if (!(options.push_lag_seconds >= 0 && options.push_lag_seconds <= adaptive.window_seconds)) {
+    return internal::InvalidFieldValue(
+        "fleet.push_lag_seconds", options.push_lag_seconds,
+        Cat("seconds in [0, window_seconds = ", adaptive.window_seconds, "]"));
+  }
+  if (!(options.extra_ttl_seconds > 0 && options.extra_ttl_seconds <= 86400)) {
+    return internal::InvalidFieldValue("fleet.extra_ttl_seconds", options.extra_ttl_seconds,
+                                       "seconds in (0, 86400]");
+  }
+  if (dimensions.empty() || dimensions.size() > 64) {
+    return internal::InvalidField("dimensions", Cat(dimensions.size(), " names"), "1..64");
+  }
+  std::string names;
+  for (const std::string& n : dimensions) names += Cat(n.size(), ":", n, ";");
+  // The dimension names and the slot width are part of the bucket key:
+  // replicas configured differently never add into one bucket.
+  FleetFingerprint named = fingerprint;
+  named.model_id = Cat(fingerprint.model_id, "|", names);
+  const std::string dims_hash = FleetKeyPrefix(named).substr(FleetKeyPrefix(named).size() - 8);
+  const double slot_ms = adaptive.window_seconds / adaptive.window_slots * 1000.0;
+  std::string prefix = Cat(FleetKeyPrefix(fingerprint), ":stats:", dims_hash, ":w",
+                           static_cast<int64_t>(std::llround(slot_ms)));
+  return std::unique_ptr<FleetStatsSync>(
+      new FleetStatsSync(std::make_unique<Impl>(store, std::move(prefix), std::move(dimensions),
+                                                adaptive, std::move(options), std::move(log))));
+}
+
+FleetStatsSync::FleetStatsSync(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+FleetStatsSync::~FleetStatsSync() = default;
+
+void FleetStatsSync::Merge(double now, WindowStats* stats) { impl_->Merge(now, stats); }
+
+std::function<void(double, WindowStats*)> FleetStatsSync::Hook() {
+  return [this](double now, WindowStats* stats) { Merge(now, stats); };
+}
+
+FleetStatsCounters FleetStatsSync::counters() const {
+  MutexLock lock(&impl_->mu);
+  return impl_->counters;
+}
+
+std::string FleetStatsSync::BucketKey(int64_t slot) const { return impl_->Key(slot); }
+
+}  // namespace gearbox

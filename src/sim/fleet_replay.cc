@@ -1,0 +1,457 @@
+#include "gearbox/fleet_replay.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <unordered_set>
+
+#include "gearbox/fleet_plan.h"
+#include "gearbox/runtime.h"
+#include "nlohmann/json.hpp"
+#include "src/common/errors.h"
+#include "src/sim/replay_schedule.h"
+
+namespace gearbox {
+namespace {
+
+using internal::Cat;
+
+constexpr int kMaxReplicas = 256;
+
+struct Combo {
+  int n = 0;
+  int64_t gear[kMaxDimensions] = {};
+  bool operator==(const Combo& o) const { return n == o.n && std::equal(gear, gear + n, o.gear); }
+};
+struct ComboHash {
+  size_t operator()(const Combo& c) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < c.n; ++i) h = (h ^ static_cast<uint64_t>(c.gear[i])) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+// A replica's simulated compiled graph: leaves its alive set when the pool releases it.
+class ReplicaGraph final : public GraphResource {
+ public:
+  ReplicaGraph(std::unordered_set<Combo, ComboHash>* alive, const Combo& combo)
+      : alive_(alive), combo_(combo) {
+    alive_->insert(combo_);
+  }
+  ~ReplicaGraph() override { alive_->erase(combo_); }
+  int64_t bytes() const override { return 0; }
+
+ private:
+  std::unordered_set<Combo, ComboHash>* alive_;
+  Combo combo_;
+};
+
+// One replica: graphs before the pool (the pool's release touches them),
+// the pool before the runtime. Single-threaded (the replay).
+struct Replica {
+  std::unordered_set<Combo, ComboHash> alive;
+  GraphResourcePool pool;
+  ManualClock clock{0.0};
+  std::unique_ptr<FleetStatsSync> sync;
+  std::unique_ptr<FleetPlanSync> plan;
+  std::unique_ptr<AdaptiveGearRuntime> runtime;
+  std::unique_ptr<internal::ReplaySchedule> schedule;
+  ReplicaReplayResult result;
+  std::vector<double> update_times;
+  bool active = false;
+};
+
+uint64_t HashValue(int64_t v) {
+  uint64_t z = static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+absl::StatusOr<double> ParseSeconds(std::string_view text, std::string_view field) {
+  double x = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(x)) {
+    return internal::InvalidField(field, Cat("\"", text, "\""), "seconds, a finite number");
+  }
+  return x;
+}
+
+}  // namespace
+
+absl::Status ParseReplicaSplit(std::string_view text, FleetReplayOptions* options) {
+  if (text == "round-robin") {
+    options->split = ReplicaSplit::kRoundRobin;
+    options->split_column.clear();
+    return absl::OkStatus();
+  }
+  if (text.substr(0, 5) == "hash:" && text.size() > 5) {
+    options->split = ReplicaSplit::kHashColumn;
+    options->split_column = std::string(text.substr(5));
+    return absl::OkStatus();
+  }
+  return internal::InvalidField("--replica-split", Cat("\"", text, "\""),
+                                "\"round-robin\" or \"hash:COLUMN\" (a dimension's column)");
+}
+
+absl::StatusOr<std::pair<double, double>> ParseStoreOutage(std::string_view text) {
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) {
+    return internal::InvalidField("--store-outage", Cat("\"", text, "\""),
+                                  "T1:T2 (trace seconds, T1 < T2)");
+  }
+  auto a = ParseSeconds(text.substr(0, colon), "--store-outage T1");
+  if (!a.ok()) return a.status();
+  auto b = ParseSeconds(text.substr(colon + 1), "--store-outage T2");
+  if (!b.ok()) return b.status();
+  if (!(*a < *b)) {
+    return internal::InvalidField("--store-outage", Cat("\"", text, "\""),
+                                  "T1:T2 with T1 < T2 (trace seconds)");
+  }
+  return std::make_pair(*a, *b);
+}
+
+absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const Trace& trace,
+                                              const FleetReplayOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  if (auto s = internal::CheckReplayInputs(config, trace, options); !s.ok()) return s;
+  if (options.replicas < 1 || options.replicas > kMaxReplicas) {
+    return internal::InvalidFieldValue("--replicas", options.replicas,
+                                       Cat("an integer in [1, ", kMaxReplicas, "]"));
+  }
+  const int n = static_cast<int>(config.dims.size());
+  int split_column = -1;
+  if (options.split == ReplicaSplit::kHashColumn) {
+    for (int d = 0; d < n; ++d) {
+      if (config.dims[d].name == options.split_column) split_column = d;
+    }
+    if (split_column < 0) {
+      std::string names;
+      for (const auto& d : config.dims) names += Cat(names.empty() ? "" : ", ", d.name);
+      return internal::InvalidField("--replica-split", Cat("\"hash:", options.split_column, "\""),
+                                    Cat("hash:COLUMN with COLUMN one of the dimensions: ", names));
+    }
+  }
+  const double t0 = trace.time.front();
+  const double t_end = trace.time.back();
+  if (options.join_at.has_value()) {
+    if (options.replicas < 2) {
+      return internal::InvalidFieldValue("--join-at", *options.join_at,
+                                         "only with --replicas >= 2 (the last one joins)");
+    }
+    if (!std::isfinite(*options.join_at) || *options.join_at < t0 || *options.join_at > t_end) {
+      return internal::InvalidFieldValue(
+          "--join-at", *options.join_at,
+          Cat("a trace time in [", t0, ", ", t_end, "] (the trace's first and last row)"));
+    }
+  }
+  if (!(options.bucket_seconds > 0) ||
+      !((t_end - t0) / options.bucket_seconds < static_cast<double>(kMaxTimelineBuckets))) {
+    return internal::InvalidFieldValue("--bucket-seconds", options.bucket_seconds,
+                                       "seconds > 0 (and at most 1e6 buckets over the trace)");
+  }
+
+  // The store, on a clock the replay moves to each row's time.
+  ManualClock store_clock(t0);
+  std::unique_ptr<FleetStore> inner;
+  if (options.store_url.empty()) {
+    inner = std::make_unique<InProcessFleetStore>(&store_clock);
+  } else {
+    RedisFleetStoreOptions ro;
+    ro.url = options.store_url;
+    ro.clock = &store_clock;
+    ro.log = [](LogLevel, std::string_view) {};  // failures are in the counters
+    auto redis = RedisFleetStore::Create(std::move(ro));
+    if (!redis.ok()) return internal::WithContext(redis.status(), "--store");
+    inner = *std::move(redis);
+  }
+  const std::optional<std::pair<double, double>> outage = options.store_outage;
+  OutageFleetStore store(inner.get(), [&store_clock, outage] {
+    const double now = store_clock.NowSeconds();
+    return outage.has_value() && now >= outage->first && now < outage->second;
+  });
+  FleetFingerprint fingerprint = options.fingerprint;
+  if (fingerprint.model_id.empty()) {
+    fingerprint.model_id =
+        Cat("replay-", getpid(), "-", std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  if (fingerprint.backend.empty()) fingerprint.backend = "simulated";
+  if (auto s = ValidateFleetFingerprint(fingerprint); !s.ok()) return s;
+
+  std::vector<std::string> names;
+  for (const auto& d : config.dims) names.push_back(d.name);
+  std::vector<std::unique_ptr<Replica>> replicas;
+  // The leader updated since the followers last synchronised: with a fleet
+  // plan the followers (static policy, no schedule of their own) then run
+  // an update (which pushes their statistics through the merge hook) and
+  // adopt the plan.
+  bool leader_updated = false;
+  const auto Adopt = [](Replica& r, double at) {
+    absl::StatusOr<FleetPlanStep> step = r.plan->Step(r.runtime.get(), at);
+    if (step.ok() && step->adopted) ++r.result.plan_adoptions;
+  };
+  auto start = [&](Replica& r, int index, double at) -> absl::Status {
+    r.clock.Set(at);
+    r.result.replica = index;
+    r.result.joined_at = at;
+    RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &r.clock, &r.pool);
+    if (options.share_stats) {
+      FleetStatsOptions fo;
+      fo.replica_id = Cat("replica-", index);
+      fo.weighting = options.weighting;
+      auto sync = FleetStatsSync::Create(&store, fingerprint, names, config.adaptive, fo,
+                                         [](LogLevel, std::string_view) {});
+      if (!sync.ok()) return sync.status();
+      r.sync = *std::move(sync);
+      ro.merge_window_stats = r.sync->Hook();
+    }
+    const bool leads = index == 0;
+    if (options.fleet_plan) {
+      FleetPlanOptions po;
+      po.replica_id = Cat("replica-", index);
+      po.may_lead = leads;
+      auto plan = FleetPlanSync::Create(&store, fingerprint, names, po);
+      if (!plan.ok()) return plan.status();
+      r.plan = *std::move(plan);
+      if (!leads) ro.policy = UpdatePolicy::kStatic;
+    }
+    ReplicaReplayResult* result = &r.result;
+    std::vector<double>* times = &r.update_times;
+    Replica* self = &r;
+    ro.on_update = [result, times, self, leads, &options,
+                    &leader_updated](const UpdateRecord& rec) {
+      times->push_back(rec.time);
+      if (self->plan != nullptr && leads) {
+        // After the update, outside the runtime's locks (RunOnce calls on_update there).
+        absl::StatusOr<FleetPlanStep> step = self->plan->Step(self->runtime.get(), rec.time);
+        if (step.ok() && step->published) ++result->plan_publications;
+        leader_updated = true;
+      }
+      ++result->updates;
+      if (rec.changed) ++result->updates_changed;
+      if (options.on_update) options.on_update(rec);
+    };
+    auto created = AdaptiveGearRuntime::Create(config.dims, ro);
+    if (!created.ok()) return created.status();
+    r.runtime = *std::move(created);
+    r.schedule =
+        std::make_unique<internal::ReplaySchedule>(options, at, t_end, r.runtime.get(), &r.clock);
+    r.active = true;
+    if (r.plan != nullptr && !leads) Adopt(r, at);  // the fleet's plan before the first request
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < options.replicas; ++i) {
+    replicas.push_back(std::make_unique<Replica>());
+    const bool joins_later = options.join_at.has_value() && i == options.replicas - 1;
+    if (!joins_later) {
+      if (auto s = start(*replicas.back(), i, t0); !s.ok()) return s;
+    }
+  }
+
+  Plan plan;
+  Combo combo;
+  combo.n = n;
+  uint64_t round_robin = 0;
+  const size_t rows = trace.rows();
+  const size_t progress_step = std::max<size_t>(1, rows / 100);
+  for (size_t i = 0; i < rows; ++i) {
+    const double t = trace.time[i];
+    store_clock.Set(t);
+    if (options.progress && i % progress_step == 0) options.progress(i, rows);
+    Replica& last = *replicas.back();
+    if (!last.active && options.join_at.has_value() && t >= *options.join_at) {
+      if (auto s = start(last, options.replicas - 1, t); !s.ok()) return s;
+    }
+    for (auto& r : replicas) {
+      if (!r->active) continue;
+      if (auto s = r->schedule->RunThrough(t); !s.ok()) return s;
+    }
+    if (leader_updated) {
+      leader_updated = false;
+      for (size_t k = 1; k < replicas.size(); ++k) {
+        Replica& f = *replicas[k];
+        if (!f.active) continue;
+        f.clock.Set(t);
+        if (auto s = f.runtime->RunOnce(t); !s.ok()) return s.status();
+        Adopt(f, t);
+      }
+    }
+    const int active = last.active ? options.replicas : options.replicas - 1;
+    const int64_t* row = trace.row(i);
+    const uint64_t pick = split_column >= 0 ? HashValue(row[split_column]) : round_robin++;
+    Replica& r = *replicas[static_cast<size_t>(pick % static_cast<uint64_t>(active))];
+    ReplicaReplayResult& res = r.result;
+    ++res.requests;
+    SnapshotRef snap = r.runtime->GetSnapshot();
+    if (!MakePlan(*snap, std::span<const int64_t>(row, static_cast<size_t>(n)), &plan).ok()) {
+      ++res.rejected_requests;
+      continue;
+    }
+    ++res.served_requests;
+    double padded = 0;
+    const int groups = plan.num_variant_groups();
+    for (int g = 0; g < groups; ++g) {
+      const VariantGroup vg = plan.variant_group(g);
+      double volume = static_cast<double>(vg.count);
+      for (int d = 0; d < n; ++d) volume *= static_cast<double>(vg.gear[d]);
+      padded += volume;
+      if (vg.eager) continue;
+      for (int d = 0; d < n; ++d) combo.gear[d] = vg.gear[d];
+      if (r.alive.count(combo)) continue;
+      r.pool.Register(std::make_shared<ReplicaGraph>(&r.alive, combo));
+      r.runtime->AttachCleanupKeys({combo.gear, static_cast<size_t>(n)},
+                                   r.pool.ConsumeRecentKeys());
+      ++res.compiles;
+      res.peak_graphs = std::max<uint64_t>(res.peak_graphs, r.alive.size());
+    }
+    r.runtime->RecordPlan(plan, t);
+    const double raw = plan.raw_volume();
+    res.padded_volume += padded;
+    res.raw_volume += raw;
+    const size_t bucket = static_cast<size_t>((t - t0) / options.bucket_seconds);
+    if (res.waste_timeline.size() <= bucket) {
+      const size_t from = res.waste_timeline.size();
+      res.waste_timeline.resize(bucket + 1);
+      for (size_t b = from; b <= bucket; ++b) {
+        res.waste_timeline[b].start = t0 + static_cast<double>(b) * options.bucket_seconds;
+      }
+    }
+    WasteBucket& wb = res.waste_timeline[bucket];
+    wb.padded += padded;
+    wb.raw += raw;
+    ++wb.requests;
+  }
+  if (options.progress) options.progress(rows, rows);
+  for (auto& r : replicas) {
+    if (!r->active) continue;
+    if (auto s = r->schedule->RunRest(); !s.ok()) return s;
+  }
+
+  FleetReplayResult out;
+  out.policy = internal::ReplayRunName(options);
+  out.dimensions = names;
+  out.store = store.Describe();
+  out.share_stats = options.share_stats;
+  out.fleet_plan = options.fleet_plan;
+  double padded = 0, raw = 0;
+  for (auto& r : replicas) {
+    ReplicaReplayResult& res = r->result;
+    if (r->active) {
+      SnapshotRef s = r->runtime->GetSnapshot();
+      for (int d = 0; d < n; ++d)
+        res.final_gears.emplace_back(s->gears(d).begin(), s->gears(d).end());
+      res.final_graphs = r->alive.size();
+    }
+    if (r->sync) res.fleet = r->sync->counters();
+    res.padding_waste = res.raw_volume > 0 ? res.padded_volume / res.raw_volume - 1.0 : 0.0;
+    out.requests += res.requests;
+    out.rejected_requests += res.rejected_requests;
+    out.compiles += res.compiles;
+    out.peak_graphs += res.peak_graphs;
+    out.final_graphs += res.final_graphs;
+    padded += res.padded_volume;
+    raw += res.raw_volume;
+    out.replicas.push_back(res);
+  }
+  out.padding_waste = raw > 0 ? padded / raw - 1.0 : 0.0;
+  out.store_counters = store.counters();
+  if (options.join_at.has_value() && replicas.back()->active) {
+    const ReplicaReplayResult& joiner = out.replicas.back();
+    const size_t first = static_cast<size_t>((joiner.joined_at - t0) / options.bucket_seconds);
+    for (size_t b = first; b < joiner.waste_timeline.size(); ++b) {
+      const WasteBucket& mine = joiner.waste_timeline[b];
+      double op = 0, orw = 0;
+      for (size_t k = 0; k + 1 < out.replicas.size(); ++k) {
+        if (b < out.replicas[k].waste_timeline.size()) {
+          op += out.replicas[k].waste_timeline[b].padded;
+          orw += out.replicas[k].waste_timeline[b].raw;
+        }
+      }
+      if (mine.raw <= 0 || orw <= 0) continue;
+      const double w = mine.padded / mine.raw - 1.0;
+      const double others = op / orw - 1.0;
+      if (w <= std::max(1.1 * others, others + 0.01)) {
+        const double end = mine.start + options.bucket_seconds;
+        out.join_converged_seconds = end - joiner.joined_at;
+        const std::vector<double>& times = replicas.back()->update_times;
+        out.join_converged_updates = static_cast<uint64_t>(
+            std::upper_bound(times.begin(), times.end(), mine.start) - times.begin());
+        break;
+      }
+    }
+  }
+  out.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return out;
+}
+
+std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
+  nlohmann::ordered_json j;
+  j["policy"] = r.policy;
+  j["store"] = r.store;
+  j["share_stats"] = r.share_stats;
+  j["fleet_plan"] = r.fleet_plan;
+  j["replicas"] = r.replicas.size();
+  nlohmann::ordered_json fleet;
+  fleet["requests"] = r.requests;
+  fleet["rejected_requests"] = r.rejected_requests;
+  fleet["padding_waste"] = r.padding_waste;
+  fleet["compiles"] = r.compiles;
+  fleet["peak_graphs"] = r.peak_graphs;
+  fleet["final_graphs"] = r.final_graphs;
+  j["fleet"] = fleet;
+  nlohmann::ordered_json store;
+  store["calls"] = r.store_counters.calls;
+  store["failures"] = r.store_counters.failures;
+  store["skipped"] = r.store_counters.skipped;
+  store["bytes_sent"] = r.store_counters.bytes_sent;
+  store["bytes_received"] = r.store_counters.bytes_received;
+  store["rejected_values"] = r.store_counters.rejected_values;
+  j["store_traffic"] = store;
+  if (r.join_converged_seconds.has_value()) {
+    j["join_converged_seconds"] = *r.join_converged_seconds;
+  } else {
+    j["join_converged_seconds"] = nullptr;
+  }
+  if (r.join_converged_updates.has_value()) {
+    j["join_converged_updates"] = *r.join_converged_updates;
+  } else {
+    j["join_converged_updates"] = nullptr;
+  }
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ReplicaReplayResult& x : r.replicas) {
+    nlohmann::ordered_json e;
+    e["replica"] = x.replica;
+    e["joined_at"] = x.joined_at;
+    e["requests"] = x.requests;
+    e["rejected_requests"] = x.rejected_requests;
+    e["padding_waste"] = x.padding_waste;
+    e["compiles"] = x.compiles;
+    e["updates"] = x.updates;
+    e["updates_changed"] = x.updates_changed;
+    e["peak_graphs"] = x.peak_graphs;
+    e["final_graphs"] = x.final_graphs;
+    nlohmann::ordered_json gears = nlohmann::ordered_json::object();
+    for (size_t d = 0; d < r.dimensions.size() && d < x.final_gears.size(); ++d) {
+      gears[r.dimensions[d]] = x.final_gears[d];
+    }
+    e["final_gears"] = gears;
+    e["fleet_merges"] = x.fleet.merges;
+    e["fleet_local_only"] = x.fleet.local_only;
+    e["fleet_slots_pushed"] = x.fleet.slots_pushed;
+    e["fleet_push_failures"] = x.fleet.push_failures;
+    e["fleet_read_failures"] = x.fleet.read_failures;
+    e["plan_publications"] = x.plan_publications;
+    e["plan_adoptions"] = x.plan_adoptions;
+    list.push_back(e);
+  }
+  j["per_replica"] = list;
+  j["wall_seconds"] = r.wall_seconds;
+  return j.dump(indent);
+}
+
+}  // namespace gearbox

@@ -1,0 +1,217 @@
+// One plan per fleet (gearbox/fleet_plan.h) on the in-process stand-in and on
+// a real redis-server started by the test.
+#include "gearbox/fleet_plan.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gearbox/clock.h"
+#include "gearbox/fleet.h"
+#include "gearbox/runtime.h"
+#include "gtest/gtest.h"
+#include "tests/redis_fixture.h"
+
+namespace gearbox {
+namespace {
+
+enum class Kind { kInProcess, kRedis };
+
+const FleetFingerprint kModel{"model-p", "simulated", "1", "x86_64", "float32"};
+
+std::vector<int64_t> Gears(const AdaptiveGearRuntime& rt) {
+  SnapshotRef s = rt.GetSnapshot();
+  return {s->gears(0).begin(), s->gears(0).end()};
+}
+
+class FleetPlanTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Kind::kInProcess) {
+      auto s = std::make_unique<InProcessFleetStore>(&clock_);
+      in_process_ = s.get();
+      store_ = std::move(s);
+    } else {
+      server_ = std::make_unique<testing::RedisServer>();
+      GEARBOX_REQUIRE_REDIS(*server_);
+      RedisFleetStoreOptions o;
+      o.url = server_->url();
+      o.command_timeout_ms = 2000;
+      o.log = [](LogLevel, std::string_view) {};
+      store_ = *RedisFleetStore::Create(o);
+    }
+    for (int i = 0; i < 2; ++i) {
+      RuntimeOptions o;
+      o.clock = &clock_;
+      o.pool = &pools_[i];
+      o.start_worker = false;
+      runtimes_.push_back(
+          *AdaptiveGearRuntime::Create({{"SEQLEN", {1, 2, 4, 8, 16384}, false, false}}, o));
+    }
+  }
+  std::unique_ptr<FleetPlanSync> Sync(const std::string& id, int64_t lease_ms = 60000) {
+    FleetPlanOptions o;
+    o.replica_id = id;
+    o.lease_ms = lease_ms;
+    auto s = FleetPlanSync::Create(store_.get(), kModel, {"SEQLEN"}, o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *std::move(s);
+  }
+  void Pass(int ms) {
+    if (GetParam() == Kind::kInProcess) {
+      clock_.Advance(ms / 1000.0);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    }
+  }
+
+  ManualClock clock_{100.0};
+  std::unique_ptr<testing::RedisServer> server_;
+  std::unique_ptr<FleetStore> store_;
+  InProcessFleetStore* in_process_ = nullptr;
+  GraphResourcePool pools_[2];
+  std::vector<std::unique_ptr<AdaptiveGearRuntime>> runtimes_;
+};
+
+TEST_P(FleetPlanTest, TheLeaderPublishesAndAFollowerAdoptsOnce) {
+  AdaptiveGearRuntime& a = *runtimes_[0];
+  AdaptiveGearRuntime& b = *runtimes_[1];
+  ASSERT_TRUE(a.CommitUpdate({{64, 256, 1024, 16384}}, 100).ok());
+  auto sa = Sync("a");
+  auto sb = Sync("b");
+  auto step = sa->Step(&a, 100);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_TRUE(step->leader);
+  EXPECT_TRUE(step->published);
+  EXPECT_EQ(step->version, 1u);
+  step = sb->Step(&b, 101);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_FALSE(step->leader);
+  EXPECT_TRUE(step->adopted);
+  EXPECT_EQ(Gears(b), (std::vector<int64_t>{64, 256, 1024, 16384}));
+  // Nothing new: no second adoption, no second publication.
+  step = sb->Step(&b, 102);
+  EXPECT_FALSE(step->adopted);
+  step = sa->Step(&a, 102);
+  EXPECT_FALSE(step->published);
+  EXPECT_EQ(step->version, 1u);
+  // The leader changes its gears: version 2, adopted once.
+  ASSERT_TRUE(a.CommitUpdate({{128, 1024, 16384}}, 103).ok());
+  EXPECT_EQ(sa->Step(&a, 103)->version, 2u);
+  EXPECT_TRUE(sb->Step(&b, 104)->adopted);
+  EXPECT_EQ(Gears(b), (std::vector<int64_t>{128, 1024, 16384}));
+}
+
+TEST_P(FleetPlanTest, AnotherReplicaTakesOverWhenTheLeaseLapses) {
+  // Long enough that a loaded machine does not let it lapse between two calls.
+  constexpr int kLeaseMs = 1500;
+  auto sa = Sync("a", kLeaseMs);
+  auto sb = Sync("b", kLeaseMs);
+  EXPECT_TRUE(sa->Step(runtimes_[0].get(), 100)->leader);
+  EXPECT_FALSE(sb->Step(runtimes_[1].get(), 100)->leader);
+  Pass(2 * kLeaseMs);  // a stopped renewing
+  auto step = sb->Step(runtimes_[1].get(), 101);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_TRUE(step->leader);
+  EXPECT_FALSE(sa->Step(runtimes_[0].get(), 101)->leader);
+}
+
+TEST_P(FleetPlanTest, ACorruptPlanIsNeverAdoptedAndTheLeaderReplacesIt) {
+  ASSERT_TRUE(*store_->CompareAndSet(FleetKeyPrefix(kModel) + ":plan", 0,
+                                     "gearbox-plan 1\nleader x\ntime 1\ndim SEQLEN 8,4", 0));
+  auto sa = Sync("a");
+  auto sb = Sync("b");
+  ASSERT_TRUE(sa->Step(runtimes_[0].get(), 100)->leader);  // publishes over the corrupt one
+  ASSERT_TRUE(runtimes_[0]->CommitUpdate({{32, 16384}}, 100).ok());
+  ASSERT_TRUE(sa->Step(runtimes_[0].get(), 100)->published);
+  ASSERT_TRUE(*store_->CompareAndSet(FleetKeyPrefix(kModel) + ":plan", 3, "junk", 0));
+  const std::vector<int64_t> before = Gears(*runtimes_[1]);
+  auto step = sb->Step(runtimes_[1].get(), 101);
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kDataLoss) << step.status();
+  EXPECT_EQ(Gears(*runtimes_[1]), before);
+}
+
+TEST_P(FleetPlanTest, AReplicaThatMayNotLeadOnlyAdopts) {
+  FleetPlanOptions o;
+  o.replica_id = "canary";
+  o.may_lead = false;
+  auto follower = *FleetPlanSync::Create(store_.get(), kModel, {"SEQLEN"}, o);
+  auto step = follower->Step(runtimes_[1].get(), 100);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_FALSE(step->leader);  // the lease is free, yet not taken
+  EXPECT_EQ(step->version, 0u);
+  EXPECT_TRUE(Sync("a")->Step(runtimes_[0].get(), 100)->leader);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, FleetPlanTest, ::testing::Values(Kind::kInProcess, Kind::kRedis),
+                         [](const ::testing::TestParamInfo<Kind>& p) {
+                           return p.param == Kind::kRedis ? "Redis" : "InProcess";
+                         });
+
+TEST(FleetPlanStoreDownTest, AnUnreachableStoreChangesNothing) {
+  ManualClock clock(0.0);
+  InProcessFleetStore store(&clock);
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.clock = &clock;
+  o.pool = &pool;
+  o.start_worker = false;
+  auto rt = *AdaptiveGearRuntime::Create({{"SEQLEN", {1, 2, 4, 8}, false, false}}, o);
+  FleetPlanOptions po;
+  po.replica_id = "a";
+  auto sync = *FleetPlanSync::Create(&store, kModel, {"SEQLEN"}, po);
+  store.SetAvailable(false);
+  auto step = sync->Step(rt.get(), 1);
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Gears(*rt), (std::vector<int64_t>{1, 2, 4, 8}));
+}
+
+TEST(FleetPlanCodecTest, RoundTripsAndRejectsNamingTheLine) {
+  FleetPlan plan;
+  plan.leader = "replica-3";
+  plan.time = 1234.5;
+  plan.gears = {{1, 8, 64}, {16, 4096}};
+  const std::vector<std::string> dims = {"BATCHSIZE", "SEQLEN"};
+  auto back = DecodeFleetPlan(EncodeFleetPlan(plan, dims), dims);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->leader, "replica-3");
+  EXPECT_EQ(back->time, 1234.5);
+  EXPECT_EQ(back->gears, plan.gears);
+  const char* bad[] = {
+      "",
+      "gearbox-plan 2\nleader a\ntime 1\ndim BATCHSIZE 1\ndim SEQLEN 1",
+      "gearbox-plan 1\nleader \ntime 1\ndim BATCHSIZE 1\ndim SEQLEN 1",
+      "gearbox-plan 1\nleader a\ntime nan\ndim BATCHSIZE 1\ndim SEQLEN 1",
+      "gearbox-plan 1\nleader a\ntime 1\ndim SEQLEN 1\ndim BATCHSIZE 1",
+      "gearbox-plan 1\nleader a\ntime 1\ndim BATCHSIZE 4,2\ndim SEQLEN 1",
+      "gearbox-plan 1\nleader a\ntime 1\ndim BATCHSIZE 0\ndim SEQLEN 1",
+      "gearbox-plan 1\nleader a\ntime 1\ndim BATCHSIZE 01\ndim SEQLEN 1",
+      "gearbox-plan 1\nleader a\ntime 1\ndim BATCHSIZE 1,,2\ndim SEQLEN 1",
+      "gearbox-plan 1\nleader a\ntime 1\ndim BATCHSIZE 1\ndim SEQLEN 2199023255553",
+  };
+  for (const char* text : bad) {
+    auto r = DecodeFleetPlan(text, dims);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find("fleet plan"), absl::string_view::npos) << r.status();
+  }
+}
+
+TEST(FleetPlanSyncTest, OptionsAreValidatedNamingTheField) {
+  InProcessFleetStore store;
+  FleetPlanOptions o;
+  auto s = FleetPlanSync::Create(&store, kModel, {"SEQLEN"}, o);
+  EXPECT_NE(s.status().message().find("fleet.replica_id"), absl::string_view::npos);
+  o.replica_id = "a";
+  o.lease_ms = 0;
+  s = FleetPlanSync::Create(&store, kModel, {"SEQLEN"}, o);
+  EXPECT_NE(s.status().message().find("fleet.lease_ms: 0"), absl::string_view::npos);
+  o.lease_ms = 1000;
+  EXPECT_FALSE(FleetPlanSync::Create(&store, kModel, {"SEQ LEN"}, o).ok());
+}
+
+}  // namespace
+}  // namespace gearbox

@@ -1,0 +1,193 @@
+// Fleet replay (gearbox/fleet_replay.h): replicas sharing statistics through
+// the in-process stand-in and through a real redis-server the test starts.
+#include "gearbox/fleet_replay.h"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "gearbox/config.h"
+#include "gtest/gtest.h"
+#include "tests/redis_fixture.h"
+
+namespace gearbox {
+namespace {
+
+RuntimeConfig Config() {
+  auto c = ParseConfig(R"({"dims": [{"name": "SEQLEN", "policy": "TIMES", "min": 1,
+      "max": 16384, "splittable": false}]})");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+// An hour at 6 requests/s of a two-bump prompt-length mixture.
+Trace MixtureTrace() {
+  Trace t;
+  t.dimensions = {"SEQLEN"};
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> a(300, 40), b(900, 90);
+  for (int i = 0; i < 3600 * 6; ++i) {
+    t.time.push_back(i / 6.0);
+    const double v = (rng() % 3 == 0) ? b(rng) : a(rng);
+    t.sizes.push_back(std::clamp<int64_t>(static_cast<int64_t>(v), 1, 1200));
+  }
+  return t;
+}
+
+FleetReplayResult RunFleet(const FleetReplayOptions& o) {
+  static const RuntimeConfig config = Config();
+  static const Trace trace = MixtureTrace();
+  auto r = FleetReplay(config, trace, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : FleetReplayResult{};
+}
+
+TEST(FleetReplayTest, SharingCutsEachReplicasWaste) {
+  FleetReplayOptions shared;
+  shared.replicas = 4;
+  FleetReplayOptions isolated = shared;
+  isolated.share_stats = false;
+  const FleetReplayResult s = RunFleet(shared);
+  const FleetReplayResult i = RunFleet(isolated);
+  EXPECT_EQ(s.requests, 3600u * 6u);
+  EXPECT_EQ(s.rejected_requests, 0u);
+  ASSERT_EQ(s.replicas.size(), 4u);
+  EXPECT_LT(s.padding_waste, i.padding_waste);
+  for (const ReplicaReplayResult& r : s.replicas) {
+    EXPECT_GT(r.fleet.merges, 0u);
+    EXPECT_EQ(r.requests, 3600u * 6u / 4u);  // round-robin
+  }
+  EXPECT_GT(s.store_counters.calls, 0u);
+  EXPECT_GT(s.store_counters.bytes_received, 0u);
+  EXPECT_EQ(i.store_counters.calls, 0u);
+}
+
+TEST(FleetReplayTest, AJoiningReplicaCatchesUpWithinTwoUpdates) {
+  FleetReplayOptions o;
+  o.replicas = 4;
+  o.join_at = 1800.0;
+  const FleetReplayResult r = RunFleet(o);
+  ASSERT_EQ(r.replicas.size(), 4u);
+  EXPECT_EQ(r.replicas.back().joined_at, 1800.0);
+  ASSERT_TRUE(r.join_converged_updates.has_value());
+  EXPECT_LE(*r.join_converged_updates, 2u);
+  // Its first five minutes: alone it starts from the initial ladder and
+  // pays more padding than with the fleet's statistics.
+  FleetReplayOptions alone = o;
+  alone.share_stats = false;
+  const FleetReplayResult a = RunFleet(alone);
+  auto early_waste = [](const ReplicaReplayResult& x) {
+    double padded = 0, raw = 0;
+    for (const WasteBucket& b : x.waste_timeline) {
+      if (b.start >= 1800.0 && b.start < 2100.0) {
+        padded += b.padded;
+        raw += b.raw;
+      }
+    }
+    return raw > 0 ? padded / raw - 1.0 : 0.0;
+  };
+  const double shared_early = early_waste(r.replicas.back());
+  const double alone_early = early_waste(a.replicas.back());
+  std::printf("joiner's waste in its first 5 minutes: %.2f%% shared, %.2f%% alone\n",
+              100 * shared_early, 100 * alone_early);
+  EXPECT_LT(shared_early, alone_early);
+  uint64_t total = 0;
+  for (const ReplicaReplayResult& x : r.replicas) total += x.requests;
+  EXPECT_EQ(total, 3600u * 6u);
+}
+
+TEST(FleetReplayTest, AStoreOutageLosesNoRequestAndTheReplicasResynchronise) {
+  FleetReplayOptions o;
+  o.replicas = 4;
+  o.store_outage = std::make_pair(1200.0, 2400.0);
+  const FleetReplayResult r = RunFleet(o);
+  EXPECT_EQ(r.requests, 3600u * 6u);
+  EXPECT_EQ(r.rejected_requests, 0u);
+  EXPECT_GT(r.store_counters.failures, 0u);
+  for (const ReplicaReplayResult& x : r.replicas) {
+    EXPECT_GT(x.fleet.local_only, 0u);     // planned alone during the outage
+    EXPECT_GT(x.fleet.push_failures, 0u);  // ... and its pushes failed
+    // Updates after the outage merged the fleet again: more merges than the ~20 before it.
+    EXPECT_GT(x.fleet.merges, 30u);
+  }
+}
+
+TEST(FleetReplayTest, OnePlanPerFleetGivesEveryReplicaTheLeadersGears) {
+  FleetReplayOptions o;
+  o.replicas = 3;
+  o.fleet_plan = true;
+  o.join_at = 1800.0;
+  const FleetReplayResult r = RunFleet(o);
+  ASSERT_EQ(r.replicas.size(), 3u);
+  const ReplicaReplayResult& leader = r.replicas[0];
+  EXPECT_GT(leader.plan_publications, 0u);
+  EXPECT_EQ(leader.plan_adoptions, 0u);
+  for (size_t k = 1; k < r.replicas.size(); ++k) {
+    EXPECT_EQ(r.replicas[k].plan_publications, 0u);
+    EXPECT_GT(r.replicas[k].plan_adoptions, 0u);
+    EXPECT_EQ(r.replicas[k].final_gears, leader.final_gears) << k;
+  }
+  EXPECT_EQ(r.requests, 3600u * 6u);
+  EXPECT_EQ(r.rejected_requests, 0u);
+}
+
+TEST(FleetReplayTest, HashSplitKeepsASizeOnOneReplica) {
+  FleetReplayOptions o;
+  o.replicas = 3;
+  ASSERT_TRUE(ParseReplicaSplit("hash:SEQLEN", &o).ok());
+  const FleetReplayResult r = RunFleet(o);
+  uint64_t total = 0;
+  for (const ReplicaReplayResult& x : r.replicas) {
+    EXPECT_GT(x.requests, 0u);
+    total += x.requests;
+  }
+  EXPECT_EQ(total, 3600u * 6u);
+}
+
+TEST(FleetReplayTest, BadOptionsNameTheFlag) {
+  const RuntimeConfig config = Config();
+  const Trace trace = MixtureTrace();
+  FleetReplayOptions o;
+  o.replicas = 0;
+  EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--replicas: 0"),
+            absl::string_view::npos);
+  o.replicas = 2;
+  o.join_at = -5.0;
+  EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--join-at: -5"),
+            absl::string_view::npos);
+  o.join_at.reset();
+  ASSERT_TRUE(ParseReplicaSplit("hash:BATCH", &o).ok());
+  EXPECT_NE(FleetReplay(config, trace, o).status().message().find("hash:BATCH"),
+            absl::string_view::npos);
+  EXPECT_FALSE(ParseReplicaSplit("random", &o).ok());
+  EXPECT_FALSE(ParseStoreOutage("10").ok());
+  EXPECT_FALSE(ParseStoreOutage("20:10").ok());
+  EXPECT_FALSE(ParseStoreOutage("a:10").ok());
+  auto ok = ParseStoreOutage("10:20.5");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->second, 20.5);
+  o = {};
+  o.store_url = "redis://127.0.0.1";
+  EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--store"),
+            absl::string_view::npos);
+}
+
+// The same fleet on a real Redis: the same figures as on the stand-in.
+TEST(FleetReplayTest, RedisGivesTheStandInsFigures) {
+  testing::RedisServer server;
+  GEARBOX_REQUIRE_REDIS(server);
+  FleetReplayOptions o;
+  o.replicas = 4;
+  const FleetReplayResult local = RunFleet(o);
+  o.store_url = server.url();
+  const FleetReplayResult redis = RunFleet(o);
+  EXPECT_EQ(redis.store, server.url());
+  EXPECT_EQ(redis.requests, local.requests);
+  EXPECT_NEAR(redis.padding_waste, local.padding_waste, 0.005);
+  EXPECT_EQ(redis.store_counters.failures, 0u);
+  for (const ReplicaReplayResult& x : redis.replicas) EXPECT_GT(x.fleet.merges, 0u);
+}
+
+}  // namespace
+}  // namespace gearbox
