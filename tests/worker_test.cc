@@ -171,32 +171,51 @@ TEST(Worker, StopsCleanlyWhileSleepingAndRestarts) {
   EXPECT_EQ(f.runtime->worker()->checks(), 1u);
 }
 
-TEST(Worker, FoldsFullBuffersWithoutAnUpdate) {
-  ManualClock clock(0.0);
+// A runtime whose worker runs on a manual clock that never moves (so only
+// the drain thread folds), with a 4-event ring per recording thread, and
+// the plan of one request of 3.
+struct DrainFixture {
+  explicit DrainFixture(double drain_cpu_share = RuntimeOptions{}.drain_cpu_share) {
+    RuntimeOptions o;
+    o.policy = UpdatePolicy::kAdaptive;
+    o.clock = &clock;
+    o.pool = &pool;
+    o.event_buffer_events = 4;
+    o.drain_cpu_share = drain_cpu_share;
+    runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
+    clock.WaitForSleepersForTesting(1);
+    const int64_t raw[] = {3};
+    plan = *MakePlan(*runtime->GetSnapshot(), raw);
+  }
+  // Waits by condition; the deadline only turns a lost wake into a failure
+  // instead of a hang.
+  uint64_t WaitFolded(uint64_t n) {
+    while (runtime->counters().events_folded < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    return runtime->counters().events_folded;
+  }
+  void Record(int events) {
+    for (int i = 0; i < events; ++i) runtime->RecordPlan(plan, 1.0);
+  }
+
+  ManualClock clock{0.0};
   GraphResourcePool pool;
-  RuntimeOptions o;
-  o.policy = UpdatePolicy::kAdaptive;
-  o.clock = &clock;
-  o.pool = &pool;
-  o.event_buffer_events = 4;
-  auto runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
-  clock.WaitForSleepersForTesting(1);
-  SnapshotRef snap = runtime->GetSnapshot();
-  const int64_t raw[] = {3};
-  const Plan plan = *MakePlan(*snap, raw);
+  std::unique_ptr<AdaptiveGearRuntime> runtime;
+  Plan plan;
+  const std::chrono::steady_clock::time_point deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(120);
+};
+
+TEST(Worker, FoldsFullBuffersWithoutAnUpdate) {
+  DrainFixture f;
   // The second event fills the ring (4 events) to half: the recording thread
   // wakes the drain thread, which folds at least those two. Events after the
   // wake may stay pending until the next drain request or worker wake (the
   // manual clock never wakes the worker here), so only the two are awaited.
-  for (int i = 0; i < 4; ++i) runtime->RecordPlan(plan, 1.0);
-  // Wait by condition; the deadline only turns a lost wake into a failure
-  // instead of a hang.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (runtime->counters().events_folded < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
-  const RuntimeCounters c = runtime->counters();
-  EXPECT_GE(c.events_folded, 2u) << "the drain thread never folded the half-full ring";
+  f.Record(4);
+  EXPECT_GE(f.WaitFolded(2), 2u) << "the drain thread never folded the half-full ring";
+  const RuntimeCounters c = f.runtime->counters();
   EXPECT_EQ(c.events_folded + c.events_pending, 4u);
   EXPECT_EQ(c.events_dropped, 0u);
 }
@@ -204,34 +223,15 @@ TEST(Worker, FoldsFullBuffersWithoutAnUpdate) {
 // With a small drain_cpu_share the drain thread rests after each drain; a
 // request that comes during the rest must still be served after it.
 TEST(Worker, DrainsARequestThatCameDuringItsRest) {
-  ManualClock clock(0.0);
-  GraphResourcePool pool;
-  RuntimeOptions o;
-  o.policy = UpdatePolicy::kAdaptive;
-  o.clock = &clock;
-  o.pool = &pool;
-  o.event_buffer_events = 4;
-  o.drain_cpu_share = 0.001;  // rests about 1000 times as long as a drain (at most 50 ms)
-  auto runtime = *AdaptiveGearRuntime::Create({{"BATCHSIZE", {1, 2, 4}, true, false}}, o);
-  clock.WaitForSleepersForTesting(1);
-  SnapshotRef snap = runtime->GetSnapshot();
-  const int64_t raw[] = {3};
-  const Plan plan = *MakePlan(*snap, raw);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  auto wait_folded = [&](uint64_t n) {
-    while (runtime->counters().events_folded < n && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::yield();
-    }
-    return runtime->counters().events_folded;
-  };
+  DrainFixture f(0.001);  // rests about 1000 times as long as a drain (at most 50 ms)
   // Two events fill the ring to half: the first drain.
-  for (int i = 0; i < 2; ++i) runtime->RecordPlan(plan, 1.0);
-  ASSERT_GE(wait_folded(2), 2u) << "the drain thread never folded the half-full ring";
+  f.Record(2);
+  ASSERT_GE(f.WaitFolded(2), 2u) << "the drain thread never folded the half-full ring";
   // Right after it (most likely during the rest): four more fit, the fifth
   // finds the ring full, is dropped and asks for a drain.
-  for (int i = 0; i < 5; ++i) runtime->RecordPlan(plan, 1.0);
-  EXPECT_GE(wait_folded(6), 6u) << "a drain request made during the rest was lost";
-  const RuntimeCounters c = runtime->counters();
+  f.Record(5);
+  EXPECT_GE(f.WaitFolded(6), 6u) << "a drain request made during the rest was lost";
+  const RuntimeCounters c = f.runtime->counters();
   EXPECT_EQ(c.events_dropped, 1u);
   EXPECT_EQ(c.events_folded + c.events_pending, 6u);
 }
