@@ -66,7 +66,7 @@ TEST(CudaGraph, PaddedAndSplitReplaysEqualTheExactShape) {
     for (size_t i = 0; i < y.data.size(); ++i)
       ASSERT_NEAR(y.data[i], exact.data[i], 1e-5) << b << "x" << s;
   }
-  EXPECT_GT(pool.bytes(), 0);
+  EXPECT_GT(backend->arena_usage().held_bytes, 0);
   CudaMemoryProbe probe;
   auto usage = probe.UsageFraction();
   ASSERT_TRUE(usage.ok());
@@ -95,6 +95,43 @@ TEST(CudaGraph, EvictionReleasesTheGraph) {
   EXPECT_EQ(pool.size(), 0u);
   EXPECT_EQ(pool.released(), 1u);
   EXPECT_EQ(pool.release_failures(), 0u);
+}
+
+// Every gear's graph is captured against one arena of the largest live
+// gear's buffers; when the largest goes the arena shrinks, and the graphs
+// captured on the old one are captured again before they run, with the
+// same results.
+TEST(CudaGraph, OneArenaOfTheLargestLiveGearServesEveryGraph) {
+  SKIP_WITHOUT_GPU();
+  auto backend = *BackendRegistry::Global().Create("cuda_graph", {{"hidden", "16"}});
+  const int64_t small[] = {1, 8}, large[] = {4, 32}, mid[] = {2, 16};
+  auto a = *backend->Compile(small);
+  auto b = *backend->Compile(large);
+  auto c = *backend->Compile(mid);
+  EXPECT_EQ(backend->arena_usage().held_bytes, b->arena_bytes());
+  EXPECT_EQ(backend->arena_usage().largest_need_bytes, b->arena_bytes());
+  EXPECT_EQ(backend->arena_usage().slots, 1);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> n;
+  auto run = [&](Executable& exe, std::span<const int64_t> gears, const Tensor& x) {
+    Tensor y(gears[0], gears[1], 16);
+    const DLTensor in[] = {x.dl};
+    const DLTensor out[] = {y.dl};
+    EXPECT_TRUE(exe.Run(in, out, {2, gears.data(), gears.data()}).ok());
+    return y.data;
+  };
+  Tensor xs(1, 8, 16), xm(2, 16, 16);
+  for (float& v : xs.data) v = n(rng);
+  for (float& v : xm.data) v = n(rng);
+  const std::vector<float> before_small = run(*a, small, xs), before_mid = run(*c, mid, xm);
+  ASSERT_TRUE(b->Release().ok());
+  b.reset();
+  EXPECT_EQ(backend->arena_usage().held_bytes, c->arena_bytes());  // shrunk to the largest left
+  EXPECT_EQ(run(*a, small, xs), before_small);                     // captured again, same result
+  EXPECT_EQ(run(*c, mid, xm), before_mid);
+  ASSERT_TRUE(c->Release().ok());
+  ASSERT_TRUE(a->Release().ok());
+  EXPECT_EQ(backend->arena_usage().held_bytes, 0);
 }
 
 // The probe counts what this process holds on the device, and names a device

@@ -1,13 +1,18 @@
 // The CUDA Graph backend (optional: built when the CUDA toolkit is found;
 // runtime API only). Per gear combination it captures a launch sequence on a
 // stream into a CUDA graph, instantiates it once and replays it for every
-// run; Release() destroys the graph and frees its buffers.
+// run; Release() destroys the graph.
 //
-// The executable owns device buffers for every input and output at the gear
-// sizes (their addresses are baked into the graph) and a device array of the
-// run's valid sizes per dimension (int64), so kernels can mask padding. A run
-// copies the (host) inputs in, replays the graph, copies the outputs out, on
-// the executable's own stream; runs of one gear are serialized.
+// Memory: one device arena per backend (its one execution slot, with one
+// stream) holds every gear's inputs, outputs and device array of the run's
+// valid sizes per dimension (int64, so kernels can mask padding), at
+// offsets from one base: each gear's graph is captured against the same
+// addresses, so the arena is the largest live gear's buffers, not their sum
+// (Executable::arena_bytes, Backend::arena_usage). It grows when a larger
+// gear compiles and shrinks when the largest is released; the graphs
+// captured before such a move are captured again at their next run. A run
+// copies the (host) inputs in, replays the graph and copies the outputs out
+// on the arena's stream; runs of all gears take turns (one slot).
 #ifndef GEARBOX_BACKENDS_CUDA_GRAPH_H_
 #define GEARBOX_BACKENDS_CUDA_GRAPH_H_
 

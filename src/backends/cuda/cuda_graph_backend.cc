@@ -1,6 +1,10 @@
 #include <cuda_runtime_api.h>
 
+#include <memory>
+#include <vector>
+
 #include "gearbox/backends/cuda_graph.h"
+#include "src/backends/cuda/device_arena.h"
 #include "src/common/errors.h"
 #include "src/common/mutex.h"
 
@@ -14,147 +18,225 @@ absl::Status Check(cudaError_t e, const char* what) {
   return absl::InternalError(Cat(what, ": ", cudaGetErrorString(e)));
 }
 
-int64_t TensorBytes(const TensorSpec& spec, std::span<const int64_t> gears) {
-  int64_t n = spec.dtype.bits / 8;
-  for (size_t a = 0; a < spec.shape.size(); ++a) {
-    int64_t size = spec.shape[a];
-    for (const AxisBinding& b : spec.bindings) {
-      if (b.axis == static_cast<int>(a)) size = gears[static_cast<size_t>(b.dimension)];
-    }
-    n *= size;
-  }
-  return n;
-}
+// What every gear of the model shares: its signature and launch sequence.
+struct Model {
+  ModelSignature signature;
+  CudaLaunchSequence launch;
+  int device = 0;
+};
 
+// The backend's one execution slot: a stream, and the device arena every
+// gear's graph is captured against (device_arena.h). Runs of all gears take
+// turns on it (mu), so one arena of the largest live gear serves them all.
+class DeviceArena {
+ public:
+  explicit DeviceArena(int device) : device_(device) {}
+  ~DeviceArena() {
+    MutexLock lock(&mu);
+    if (stream != nullptr) (void)cudaStreamSynchronize(stream);
+    if (base != nullptr) (void)cudaFree(base);
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  }
+
+  // The stream, created on first use.
+  absl::Status EnsureStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (stream != nullptr) return absl::OkStatus();
+    if (auto s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    return Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  // Makes `base` hold sizer.capacity() bytes: the old arena goes first (its
+  // graphs are captured again before their next run), so the peak is the
+  // larger of the two, not their sum.
+  absl::Status ResizeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (auto s = EnsureStreamLocked(); !s.ok()) return s;
+    if (auto s = Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); !s.ok()) return s;
+    if (base != nullptr) (void)cudaFree(base);
+    base = nullptr;
+    held = 0;
+    if (sizer.capacity() == 0) return absl::OkStatus();
+    const cudaError_t e = cudaMalloc(&base, static_cast<size_t>(sizer.capacity()));
+    if (e != cudaSuccess) {
+      base = nullptr;
+      return absl::ResourceExhaustedError(Cat("growing the CUDA graph arena to ", sizer.capacity(),
+                                              " bytes: ", cudaGetErrorString(e)));
+    }
+    held = sizer.capacity();
+    ++generation;
+    return absl::OkStatus();
+  }
+  // An arena of sizer.capacity() bytes (one that a failed resize left
+  // missing is allocated again).
+  absl::Status EnsureHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return held == sizer.capacity() ? absl::OkStatus() : ResizeLocked();
+  }
+
+  Mutex mu;
+  cudaStream_t stream ABSL_GUARDED_BY(mu) = nullptr;
+  void* base ABSL_GUARDED_BY(mu) = nullptr;
+  int64_t held ABSL_GUARDED_BY(mu) = 0;  // bytes at base
+  // Bumped at every allocation of base: a graph captured in an older one
+  // points at freed memory and is captured again before it runs.
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+  internal::ArenaSizer sizer ABSL_GUARDED_BY(mu);
+
+ private:
+  const int device_;
+};
+
+// One gear's graph, captured against the arena; captured again after the
+// arena moved (a new generation).
 class CudaGraphExecutable final : public Executable {
  public:
+  CudaGraphExecutable(std::shared_ptr<const Model> model, std::shared_ptr<DeviceArena> arena,
+                      std::span<const int64_t> gears)
+      : model_(std::move(model)),
+        arena_(std::move(arena)),
+        gears_(gears.begin(), gears.end()),
+        layout_(internal::LayoutAt(model_->signature, gears)) {}
   ~CudaGraphExecutable() override { (void)Release(); }
 
-  absl::Status Init(const CudaGraphOptions& o, std::span<const int64_t> gears) {
-    device_ = o.device;
-    if (auto s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
-    if (auto s =
-            Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-        !s.ok()) {
-      return s;
+  absl::Status Init() {
+    MutexLock lock(&arena_->mu);
+    if (arena_->sizer.Add(layout_.total_bytes)) {
+      if (auto s = arena_->ResizeLocked(); !s.ok()) {
+        // Back to the arena the live gears had (or none, if even that fails).
+        if (arena_->sizer.Remove(layout_.total_bytes)) (void)arena_->ResizeLocked();
+        return s;
+      }
     }
-    auto alloc = [&](int64_t bytes, void** p) {
-      bytes_ += bytes;
-      return Check(cudaMalloc(p, static_cast<size_t>(std::max<int64_t>(bytes, 1))), "cudaMalloc");
-    };
-    for (const TensorSpec& t : o.signature.inputs) {
-      in_bytes_.push_back(TensorBytes(t, gears));
-      if (auto s = alloc(in_bytes_.back(), &in_.emplace_back()); !s.ok()) return s;
-    }
-    for (const TensorSpec& t : o.signature.outputs) {
-      out_bytes_.push_back(TensorBytes(t, gears));
-      if (auto s = alloc(out_bytes_.back(), &out_.emplace_back()); !s.ok()) return s;
-    }
-    dims_ = gears.size();
-    if (auto s =
-            alloc(static_cast<int64_t>(dims_ * sizeof(int64_t)), reinterpret_cast<void**>(&valid_));
-        !s.ok()) {
-      return s;
-    }
-    cudaGraph_t graph = nullptr;
-    if (auto s = Check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
-                       "cudaStreamBeginCapture");
-        !s.ok()) {
-      return s;
-    }
-    absl::Status launched = o.launch(stream_, gears, in_, out_, valid_);
-    const absl::Status ended = Check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
-    if (!launched.ok()) {
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      return launched;
-    }
-    if (!ended.ok()) return ended;
-    const absl::Status inst = Check(cudaGraphInstantiate(&exec_, graph, 0), "cudaGraphInstantiate");
-    cudaGraphDestroy(graph);
-    return inst;
+    added_ = true;
+    if (auto s = arena_->EnsureHeldLocked(); !s.ok()) return s;
+    return CaptureLocked();
   }
 
-  int64_t bytes() const override { return bytes_; }
+  int64_t bytes() const override {
+    return 0;
+  }  // the graph's own nodes; its tensors are the arena's
+  int64_t arena_bytes() const override { return layout_.total_bytes; }
 
   absl::Status Run(std::span<const DLTensor> inputs, std::span<const DLTensor> outputs,
                    const RunShape& shape) override {
-    MutexLock lock(&mu_);  // one graph instance: runs of this gear take turns
-    if (exec_ == nullptr) return absl::FailedPreconditionError("the CUDA graph was released");
-    if (auto s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
-    for (size_t i = 0; i < inputs.size() && i < in_.size(); ++i) {
+    MutexLock lock(&arena_->mu);  // one slot: runs of every gear take turns
+    if (!added_) return absl::FailedPreconditionError("the CUDA graph was released");
+    if (auto s = arena_->EnsureHeldLocked(); !s.ok()) return s;  // after a failed resize
+    if (exec_ == nullptr || generation_ != arena_->generation) {
+      if (auto s = CaptureLocked(); !s.ok()) return s;
+    }
+    char* base = static_cast<char*>(arena_->base);
+    cudaStream_t stream = arena_->stream;
+    for (size_t i = 0; i < inputs.size() && i < layout_.input_offset.size(); ++i) {
       const char* src = static_cast<const char*>(inputs[i].data) + inputs[i].byte_offset;
-      if (auto s = Check(cudaMemcpyAsync(in_[i], src, static_cast<size_t>(in_bytes_[i]),
-                                         cudaMemcpyHostToDevice, stream_),
+      if (auto s = Check(cudaMemcpyAsync(base + layout_.input_offset[i], src,
+                                         static_cast<size_t>(layout_.input_bytes[i]),
+                                         cudaMemcpyHostToDevice, stream),
                          "copying an input to the device");
           !s.ok()) {
         return s;
       }
     }
-    if (auto s = Check(cudaMemcpyAsync(valid_, shape.extent, dims_ * sizeof(int64_t),
-                                       cudaMemcpyHostToDevice, stream_),
-                       "copying the valid sizes");
+    if (auto s =
+            Check(cudaMemcpyAsync(base + layout_.valid_offset, shape.extent,
+                                  gears_.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+                  "copying the valid sizes");
         !s.ok()) {
       return s;
     }
-    if (auto s = Check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch"); !s.ok()) return s;
-    for (size_t i = 0; i < outputs.size() && i < out_.size(); ++i) {
+    if (auto s = Check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch"); !s.ok()) return s;
+    for (size_t i = 0; i < outputs.size() && i < layout_.output_offset.size(); ++i) {
       char* dst = static_cast<char*>(outputs[i].data) + outputs[i].byte_offset;
-      if (auto s = Check(cudaMemcpyAsync(dst, out_[i], static_cast<size_t>(out_bytes_[i]),
-                                         cudaMemcpyDeviceToHost, stream_),
+      if (auto s = Check(cudaMemcpyAsync(dst, base + layout_.output_offset[i],
+                                         static_cast<size_t>(layout_.output_bytes[i]),
+                                         cudaMemcpyDeviceToHost, stream),
                          "copying an output from the device");
           !s.ok()) {
         return s;
       }
     }
-    return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    return Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
 
+  // Destroys the graph and gives its need back to the arena, which shrinks
+  // to the largest gear left. Idempotent.
   absl::Status Release() override {
-    MutexLock lock(&mu_);
+    MutexLock lock(&arena_->mu);
     absl::Status status;
-    auto note = [&](cudaError_t e, const char* what) {
-      if (status.ok()) status = Check(e, what);
-    };
-    if (stream_ != nullptr) note(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    if (exec_ != nullptr) note(cudaGraphExecDestroy(exec_), "cudaGraphExecDestroy");
+    if (exec_ != nullptr) status = Check(cudaGraphExecDestroy(exec_), "cudaGraphExecDestroy");
     exec_ = nullptr;
-    for (void* p : in_) note(cudaFree(p), "cudaFree");
-    for (void* p : out_) note(cudaFree(p), "cudaFree");
-    if (valid_ != nullptr) note(cudaFree(valid_), "cudaFree");
-    in_.clear();
-    out_.clear();
-    valid_ = nullptr;
-    if (stream_ != nullptr) note(cudaStreamDestroy(stream_), "cudaStreamDestroy");
-    stream_ = nullptr;
+    if (added_) {
+      added_ = false;
+      if (arena_->sizer.Remove(layout_.total_bytes)) {
+        if (auto s = arena_->ResizeLocked(); !s.ok() && status.ok()) status = s;
+      }
+    }
     return status;
   }
 
  private:
-  Mutex mu_;
-  int device_ = 0;
-  cudaStream_t stream_ = nullptr;
+  // Captures the launch sequence on the arena's stream against the arena's
+  // current base (replacing any older graph of this gear).
+  absl::Status CaptureLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(arena_->mu) {
+    if (auto s = arena_->EnsureStreamLocked(); !s.ok()) return s;
+    char* base = static_cast<char*>(arena_->base);
+    std::vector<void*> in, out;
+    for (int64_t off : layout_.input_offset) in.push_back(base + off);
+    for (int64_t off : layout_.output_offset) out.push_back(base + off);
+    auto* valid = reinterpret_cast<int64_t*>(base + layout_.valid_offset);
+    cudaGraph_t graph = nullptr;
+    if (auto s = Check(cudaStreamBeginCapture(arena_->stream, cudaStreamCaptureModeThreadLocal),
+                       "cudaStreamBeginCapture");
+        !s.ok()) {
+      return s;
+    }
+    absl::Status launched = model_->launch(arena_->stream, gears_, in, out, valid);
+    const absl::Status ended =
+        Check(cudaStreamEndCapture(arena_->stream, &graph), "cudaStreamEndCapture");
+    if (!launched.ok()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return launched;
+    }
+    if (!ended.ok()) return ended;
+    cudaGraphExec_t exec = nullptr;
+    const absl::Status inst = Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(graph);
+    if (!inst.ok()) return inst;
+    if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+    exec_ = exec;
+    generation_ = arena_->generation;
+    return absl::OkStatus();
+  }
+
+  const std::shared_ptr<const Model> model_;
+  const std::shared_ptr<DeviceArena> arena_;
+  const std::vector<int64_t> gears_;
+  const internal::ArenaLayout layout_;
+  // Under arena_->mu.
   cudaGraphExec_t exec_ = nullptr;
-  std::vector<void*> in_, out_;
-  std::vector<int64_t> in_bytes_, out_bytes_;
-  int64_t* valid_ = nullptr;
-  size_t dims_ = 0;
-  int64_t bytes_ = 0;
+  uint64_t generation_ = 0;  // the arena's generation exec_ was captured in
+  bool added_ = false;       // its need is counted in the arena's sizer
 };
 
 class CudaGraphBackend final : public Backend {
  public:
-  explicit CudaGraphBackend(CudaGraphOptions o) : options_(std::move(o)) {}
+  explicit CudaGraphBackend(CudaGraphOptions o)
+      : model_(std::make_shared<const Model>(
+            Model{std::move(o.signature), std::move(o.launch), o.device})),
+        arena_(std::make_shared<DeviceArena>(model_->device)) {}
   std::string_view name() const override { return "cuda_graph"; }
-  const ModelSignature& signature() const override { return options_.signature; }
+  const ModelSignature& signature() const override { return model_->signature; }
   DLDevice device() const override { return {kDLCPU, 0}; }  // host tensors in and out
   absl::StatusOr<std::shared_ptr<Executable>> Compile(std::span<const int64_t> gears) override {
-    auto exe = std::make_shared<CudaGraphExecutable>();
-    if (auto s = exe->Init(options_, gears); !s.ok()) return s;
+    auto exe = std::make_shared<CudaGraphExecutable>(model_, arena_, gears);
+    if (auto s = exe->Init(); !s.ok()) return s;
     return std::shared_ptr<Executable>(std::move(exe));
+  }
+  ArenaUsage arena_usage() const override {
+    MutexLock lock(&arena_->mu);
+    return {arena_->held, arena_->sizer.largest_need(), arena_->stream != nullptr ? 1 : 0};
   }
 
  private:
-  CudaGraphOptions options_;
+  const std::shared_ptr<const Model> model_;
+  const std::shared_ptr<DeviceArena> arena_;  // executables share it, and may outlive the backend
 };
 
 }  // namespace
