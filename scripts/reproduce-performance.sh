@@ -50,7 +50,13 @@ run $g replay --config data/configs/decode_times.json --trace "$tmp/azure_decode
   --policy static,adaptive,replan --optimum
 run $g replay --config data/configs/decode_times.json --trace "$tmp/azure_decode.csv" \
   --policy replan --scheme independent,joint,sparse
-run $g plan --trace "$tmp/azure_decode.csv" --joint BATCHSIZE,SEQLEN --graphs 120
+for graphs in 26 81 88 70; do  # static's, replan independent's, joint's and sparse's graph counts
+  run $g plan --trace "$tmp/azure_decode.csv" --joint BATCHSIZE,SEQLEN --graphs $graphs
+done
+# Without the default graph budget (replan.max_graphs).
+/usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["replan"]["max_graphs"] = 65536; json.dump(c, open(sys.argv[2], "w"))' \
+  data/configs/decode_times.json "$tmp/decode_unbounded.json"
+run $g replay --config "$tmp/decode_unbounded.json" --trace "$tmp/azure_decode.csv" --policy replan
 run $g plan --trace "$tmp/azure_prefill.csv" --dim SEQLEN --gears 16 --compare
 
 echo "== gearbox.torch: a PyTorch transformer on the bundled trace, and gearbox.torch's own cost per call"
