@@ -41,6 +41,34 @@ TEST(Config, ParsesDimsAdaptiveAndMemoryModel) {
   EXPECT_DOUBLE_EQ(c->memory_model->GraphBytes(g), 10 + 0.5 * 40);
 }
 
+TEST(Config, MemoryBudgetAndOutOfMemoryCooldownAreAdaptiveKeysValidated) {
+  auto c = ParseConfig(R"({"dims": [{"name": "BATCHSIZE", "gears": [1, 8]}],
+                           "adaptive": {"memory_budget_bytes": 67108864}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->adaptive.memory_budget_bytes, 67108864);
+  auto none = ParseConfig(R"({"dims": [{"name": "BATCHSIZE", "gears": [1, 8]}]})");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->adaptive.memory_budget_bytes, 0);  // absent: no budget
+  auto negative = ParseConfig(R"({"dims": [{"name": "BATCHSIZE", "gears": [1, 8]}],
+                                  "adaptive": {"memory_budget_bytes": -1}})");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(negative.status().message(), HasSubstr("memory_budget_bytes"));
+  EXPECT_THAT(negative.status().message(), HasSubstr("-1"));
+  auto fraction = ParseConfig(R"({"dims": [{"name": "BATCHSIZE", "gears": [1, 8]}],
+                                  "adaptive": {"memory_budget_bytes": 1.5}})");
+  ASSERT_FALSE(fraction.ok());
+  EXPECT_THAT(fraction.status().message(), HasSubstr("adaptive.memory_budget_bytes"));
+  auto cooldown = ParseConfig(R"({"dims": [{"name": "BATCHSIZE", "gears": [1, 8]}],
+                                  "adaptive": {"out_of_memory_cooldown_seconds": -5}})");
+  ASSERT_FALSE(cooldown.ok());
+  EXPECT_THAT(cooldown.status().message(), HasSubstr("out_of_memory_cooldown_seconds"));
+  EXPECT_THAT(cooldown.status().message(), HasSubstr("-5"));
+  auto set = ParseConfig(R"({"dims": [{"name": "BATCHSIZE", "gears": [1, 8]}],
+                             "adaptive": {"out_of_memory_cooldown_seconds": 60}})");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->adaptive.out_of_memory_cooldown_seconds, 60.0);
+}
+
 TEST(Config, ParsesTheReplanPolicysKeys) {
   auto c = ParseConfig(R"({
     "dims": [{"name": "SEQLEN", "policy": "TIMES", "min": 1, "max": 4096}],

@@ -5,9 +5,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
+#include "gearbox/backends/builtin.h"
 #include "gearbox/backends/onednn.h"
 #include "gearbox/replay.h"
 #include "nlohmann/json.hpp"
@@ -249,6 +253,98 @@ TEST(ExecutedReplay, TheGearMemoryBudgetHoldsForGearsCompiledOnFirstUse) {
   EXPECT_GT(bounded->over_budget_runs, 0u);
   EXPECT_EQ(bounded->failed_requests, 0u);
   EXPECT_EQ(bounded->requests, trace.rows());
+}
+
+// The policies honour the budget before the compile (memory_budget_bytes,
+// priced by the executor's predictions): three gears compiled first fit the
+// model; the traffic then asks for gear 40, which would pass the budget.
+// Without the policies' rule they add it and the executor refuses it at
+// each request (predicted_over_budget_runs); with it, no gear is added that
+// the executor then turns away, the pool stays within the budget and no
+// request fails.
+TEST(ExecutedReplay, ThePoliciesAddNoGearWhosePredictedBytesWouldPassTheBudget) {
+  std::vector<std::pair<double, int64_t>> rows = {{0, 4}, {1, 16}, {2, 64}};
+  for (int i = 12; i <= 3600; ++i) rows.push_back({i / 4.0, 40});  // 4 per second
+  const Trace trace = SeqTrace(rows);
+  RuntimeConfig config = SeqConfig({4, 16, 64});
+  config.adaptive.device_memory_usage_threshold_ratio.reset();  // the byte rule alone
+  ExecutedReplayOptions o;
+  o.policy = UpdatePolicy::kStatic;
+  auto held = ExecutedReplay(config, trace, TinyBlockPerGear, o);
+  ASSERT_TRUE(held.ok()) << held.status();
+  o.memory_budget_bytes = held->peak_gear_bytes + 1;  // the three gears, and one byte
+  for (UpdatePolicy policy : {UpdatePolicy::kAdaptive, UpdatePolicy::kReplan}) {
+    SCOPED_TRACE(std::string(UpdatePolicyName(policy)));
+    o.policy = policy;
+    bool refused = false;
+    o.on_update = [&](const UpdateRecord& r) {
+      EXPECT_EQ(r.memory.budget_bytes, o.memory_budget_bytes);
+      ASSERT_TRUE(r.memory.bytes_in_use.has_value());
+      EXPECT_LE(*r.memory.bytes_in_use, o.memory_budget_bytes);
+      for (const AdditionRecord& a : r.additions)
+        refused = refused || a.outcome == AdditionOutcome::kMemoryBytes;
+      for (const ChangeRecord& c : r.declined)
+        refused = refused || c.reason.find("past memory_budget_bytes") != std::string::npos;
+    };
+    auto bounded = ExecutedReplay(config, trace, TinyBlockPerGear, o);
+    ASSERT_TRUE(bounded.ok()) << bounded.status();
+    EXPECT_TRUE(refused);
+    EXPECT_LE(bounded->peak_gear_bytes, o.memory_budget_bytes);
+    EXPECT_EQ(bounded->predicted_over_budget_runs, 0u);
+    EXPECT_EQ(bounded->over_budget_runs, 0u);
+    EXPECT_EQ(bounded->failed_requests, 0u);
+    EXPECT_EQ(bounded->requests, trace.rows());
+  }
+}
+
+// The probe that matches the backend: the oneDNN block keeps its memory on
+// the host, so MakeMemoryProbeFor gives a HostMemoryProbe; the executed
+// replay reads it when no budget is set (here over a fake /proc/meminfo
+// showing 95 % in use: every update sees memory pressure).
+TEST(ExecutedReplay, WithoutABudgetTheProbeMatchingTheBackendIsRead) {
+  namespace fs = std::filesystem;
+  const fs::path root =
+      fs::temp_directory_path() / ("gearbox_replay_probe_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "proc");
+  std::ofstream(root / "proc" / "meminfo") << "MemTotal: 1000 kB\nMemAvailable: 50 kB\n";
+  HostMemoryProbeOptions host;
+  host.root = root.string();
+  auto backend = TinyBlock();
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto probe = MakeMemoryProbeFor(**backend, host);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto* host_probe = dynamic_cast<HostMemoryProbe*>(probe->get());
+  ASSERT_NE(host_probe, nullptr);
+  absl::StatusOr<double> usage = host_probe->UsageFraction();
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_DOUBLE_EQ(*usage, 0.95);
+  EXPECT_EQ(host_probe->source(), "meminfo");
+
+  std::vector<std::pair<double, int64_t>> rows;
+  for (int t = 0; t <= 400; ++t) rows.push_back({static_cast<double>(t), 3});
+  ExecutedReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
+  std::vector<UpdateRecord> records;
+  o.on_update = [&](const UpdateRecord& r) { records.push_back(r); };
+  o.make_memory_probe = [&](const Backend& b) { return MakeMemoryProbeFor(b, host); };
+  auto r = ExecutedReplay(SeqConfig({64}), SeqTrace(rows), TinyBlock, o);
+  fs::remove_all(root);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_FALSE(records.empty());
+  for (const UpdateRecord& u : records) {
+    ASSERT_TRUE(u.memory.usage.has_value());
+    EXPECT_DOUBLE_EQ(*u.memory.usage, 0.95);
+    EXPECT_TRUE(u.memory.high);
+    EXPECT_EQ(u.trigger, UpdateTrigger::kMemory);
+  }
+  // A probe that cannot be made fails the replay, named.
+  o.make_memory_probe = [](const Backend&) -> absl::StatusOr<std::unique_ptr<MemoryProbe>> {
+    return absl::UnimplementedError("memory probe: none here");
+  };
+  auto failed = ExecutedReplay(SeqConfig({64}), SeqTrace(rows), TinyBlock, o);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(), HasSubstr("memory probe: none here"));
 }
 
 TEST(ExecutedReplay, RunsRequestedUpdatesAfterTheLastRowAndChecksUpToIt) {

@@ -287,6 +287,52 @@ TEST(Executor, OutOfMemoryCompilesRunAtTheExactSizesUncached) {
   }
 }
 
+// Out of memory at a compile is reported to the runtime: the next update
+// lists it (gears, predicted bytes when known, time, count), runs under
+// memory pressure, and the policies hold its gears back for
+// adaptive.out_of_memory_cooldown_seconds (600 s).
+TEST(Executor, AnOutOfMemoryCompileIsInTheNextUpdateRecordAndHeldBackForTheCooldown) {
+  Fixture f;
+  f.shared.fail_gear = 8;
+  f.clock.Set(5);
+  ASSERT_TRUE(f.RunAndCheck(2, 6).ok());  // gear (2,8) out of memory
+  f.clock.Set(7);
+  ASSERT_TRUE(f.RunAndCheck(11, 7).ok());  // three chunks on (4,8): out of memory each
+  EXPECT_EQ(f.runtime->CheckTrigger(8), UpdateTrigger::kMemory);
+  absl::StatusOr<UpdateRecord> r = f.runtime->RunOnce(10);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->out_of_memory.size(), 2u);
+  EXPECT_THAT(r->out_of_memory[0].gears, ElementsAre(2, 8));
+  EXPECT_EQ(r->out_of_memory[0].time, 5.0);
+  EXPECT_EQ(r->out_of_memory[0].count, 1u);
+  EXPECT_FALSE(r->out_of_memory[0].bytes.has_value());  // nothing compiled yet to predict from
+  EXPECT_THAT(r->out_of_memory[1].gears, ElementsAre(4, 8));
+  EXPECT_EQ(r->out_of_memory[1].time, 7.0);
+  EXPECT_EQ(r->out_of_memory[1].count, 3u);
+  EXPECT_TRUE(r->memory.high);  // room is made as under memory pressure
+  EXPECT_EQ(r->memory.recent_out_of_memory.size(), 2u);
+  EXPECT_THAT(UpdateRecordToJson(*r),
+              HasSubstr("\"out_of_memory\":[{\"gears\":{\"BATCHSIZE\":2,\"SEQLEN\":8},"
+                        "\"bytes\":null,\"time\":5.0,\"count\":1}"));
+  // The next update: nothing new, no pressure, the gears still held back.
+  EXPECT_NE(f.runtime->CheckTrigger(11), UpdateTrigger::kMemory);
+  r = f.runtime->RunOnce(20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->out_of_memory.empty());
+  EXPECT_FALSE(r->memory.high);
+  EXPECT_EQ(r->memory.recent_out_of_memory.size(), 2u);
+  EXPECT_EQ(UpdateRecordToJson(*r).find("out_of_memory"), std::string::npos);
+  // 600 s after each failure it is forgotten.
+  r = f.runtime->RunOnce(606);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->memory.recent_out_of_memory.size(), 1u);
+  EXPECT_THAT(r->memory.recent_out_of_memory[0].gears, ElementsAre(4, 8));
+  r = f.runtime->RunOnce(607);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->memory.recent_out_of_memory.empty());
+  EXPECT_EQ(f.executor->stats().failed_requests, 0u);
+}
+
 // With a budget, a gear whose predicted memory would pass it is refused
 // before its compile: never compiled, its variant runs at its exact sizes
 // (uncached), or at the gear when already exact; the pool stays within.

@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
 #include <vector>
 
 #include "gearbox/gear_set.h"
@@ -70,6 +74,53 @@ inline MemoryState High() {
   m.usage = 0.95;
   m.threshold = 0.90;
   m.high = true;
+  return m;
+}
+
+// A gear-bytes predictor by formula: a gear combination costs
+// bytes_per_unit x the product of its sizes; those in `held` are compiled
+// (adding one adds nothing, releasing it frees its bytes); the bytes in use
+// are the held ones'. With `unpredictable`, AddedBytes knows nothing.
+class ProductBytesPredictor final : public GearBytesPredictor {
+ public:
+  ProductBytesPredictor(int64_t bytes_per_unit, std::set<std::vector<int64_t>> held,
+                        bool unpredictable = false)
+      : per_unit_(bytes_per_unit), held_(std::move(held)), unpredictable_(unpredictable) {}
+  int64_t Bytes(std::span<const int64_t> gears) const {
+    int64_t p = per_unit_;
+    for (int64_t g : gears) p *= g;
+    return p;
+  }
+  std::optional<int64_t> AddedBytes(std::span<const int64_t> gears) const override {
+    if (unpredictable_) return std::nullopt;
+    return held_.count({gears.begin(), gears.end()}) ? 0 : Bytes(gears);
+  }
+  int64_t FreedBytes(std::span<const int64_t> gears) const override {
+    return held_.count({gears.begin(), gears.end()}) ? Bytes(gears) : 0;
+  }
+  int64_t InUseBytes() const override {
+    int64_t sum = 0;
+    for (const auto& g : held_) sum += Bytes(g);
+    return sum;
+  }
+
+ private:
+  int64_t per_unit_;
+  std::set<std::vector<int64_t>> held_;
+  bool unpredictable_;
+};
+
+// The memory state of a byte budget over a one-dimensional set whose gears
+// `held` are compiled, each costing bytes_per_unit x its size.
+inline MemoryState ByteBudget(int64_t budget, const std::vector<int64_t>& held,
+                              int64_t bytes_per_unit = 1000, bool unpredictable = false) {
+  std::set<std::vector<int64_t>> combos;
+  for (int64_t g : held) combos.insert({g});
+  auto p = std::make_shared<ProductBytesPredictor>(bytes_per_unit, combos, unpredictable);
+  MemoryState m;
+  m.budget_bytes = budget;
+  m.bytes_in_use = p->InUseBytes();
+  m.predictor = p;
   return m;
 }
 

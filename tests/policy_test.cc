@@ -14,6 +14,7 @@ namespace {
 using namespace policy_fixtures;
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 TEST(Policy, ScoreIsTheSeedFormula) {
@@ -236,6 +237,69 @@ TEST(Policy, MemoryPressureLimitsAdditionsToEvictions) {
   // Without pressure the budget is unlimited.
   d = DecideUpdate(gears, stats, {}, NoProtection(), 300);
   EXPECT_FALSE(d.record.addition_budget.has_value());
+  EXPECT_THAT(d.added[0], ElementsAre(40, 100));
+}
+
+TEST(Policy, AnAdditionPastTheByteBudgetIsRefusedAfterTheEvictionsFreeTheirs) {
+  // The window of MemoryPressureLimitsAdditionsToEvictions, no pressure:
+  // gear 8 goes (unused), 40 and 100 are proposed. Each gear costs 1000
+  // bytes per unit: 344,000 bytes in use, 336,000 once 8 is evicted.
+  const GearSet gears = Batch({8, 16, 64, 256});
+  const WindowStats stats = OneDim(
+      gears,
+      {{16, Spread(16, 50, 0, 290)}, {64, Spread(40, 50, 0, 290)}, {256, Spread(100, 50, 0, 290)}},
+      300);
+  const std::vector<int64_t> held = {8, 16, 64, 256};
+  // 336,000 + 100,000 fits 440,000; + 40,000 more does not.
+  UpdateDecision d = DecideUpdate(gears, stats, ByteBudget(440'000, held), NoProtection(), 300);
+  EXPECT_THAT(d.removed[0], ElementsAre(8));
+  EXPECT_THAT(d.added[0], ElementsAre(100));
+  ASSERT_EQ(d.record.additions.size(), 2u);
+  EXPECT_EQ(d.record.additions[0].gear, 100);
+  EXPECT_EQ(d.record.additions[0].outcome, AdditionOutcome::kAdded);
+  EXPECT_EQ(d.record.additions[0].predicted_bytes, 100'000);
+  EXPECT_EQ(d.record.additions[1].gear, 40);
+  EXPECT_EQ(d.record.additions[1].outcome, AdditionOutcome::kMemoryBytes);
+  EXPECT_EQ(d.record.additions[1].predicted_bytes, 40'000);
+  EXPECT_FALSE(d.record.addition_budget.has_value());  // the seed's count budget: not in play
+  const std::string json = UpdateRecordToJson(d.record);
+  EXPECT_THAT(json, HasSubstr("\"outcome\":\"memory_bytes\",\"predicted_bytes\":40000"));
+  EXPECT_THAT(json, HasSubstr("\"budget_bytes\":440000,\"bytes_in_use\":344000"));
+  // The eviction's bytes count: without them 344,000 + 100,000 would not fit.
+  d = DecideUpdate(gears, stats, ByteBudget(436'000, held), NoProtection(), 300);
+  EXPECT_THAT(d.added[0], ElementsAre(100));
+  // One byte less: 100 does not fit, the smaller 40 still does.
+  d = DecideUpdate(gears, stats, ByteBudget(435'999, held), NoProtection(), 300);
+  EXPECT_THAT(d.added[0], ElementsAre(40));
+  EXPECT_EQ(d.record.additions[0].outcome, AdditionOutcome::kMemoryBytes);
+  // No budget, or a prediction that is not there yet: the seed's additions.
+  d = DecideUpdate(gears, stats, ByteBudget(0, held), NoProtection(), 300);
+  EXPECT_THAT(d.added[0], ElementsAre(40, 100));
+  EXPECT_FALSE(d.record.additions[0].predicted_bytes.has_value());
+  d = DecideUpdate(gears, stats, ByteBudget(1, held, 1000, /*unpredictable=*/true), NoProtection(),
+                   300);
+  EXPECT_THAT(d.added[0], ElementsAre(40, 100));
+}
+
+TEST(Policy, AGearThatRanOutOfMemoryIsNotAddedWithinTheCooldown) {
+  // The window of MemoryPressureLimitsAdditionsToEvictions, no pressure:
+  // 40 and 100 are proposed; 100's compile ran out of memory recently.
+  const GearSet gears = Batch({8, 16, 64, 256});
+  const WindowStats stats = OneDim(
+      gears,
+      {{16, Spread(16, 50, 0, 290)}, {64, Spread(40, 50, 0, 290)}, {256, Spread(100, 50, 0, 290)}},
+      300);
+  MemoryState memory;
+  memory.recent_out_of_memory.push_back({{100}, 123456, 250.0, 2});
+  UpdateDecision d = DecideUpdate(gears, stats, memory, NoProtection(), 300);
+  EXPECT_THAT(d.added[0], ElementsAre(40));
+  ASSERT_EQ(d.record.additions.size(), 2u);
+  EXPECT_EQ(d.record.additions[0].gear, 100);
+  EXPECT_EQ(d.record.additions[0].outcome, AdditionOutcome::kOutOfMemory);
+  EXPECT_THAT(UpdateRecordToJson(d.record), HasSubstr("\"outcome\":\"out_of_memory\""));
+  // Another gear's failure holds back only that gear.
+  memory.recent_out_of_memory[0].gears = {101};
+  d = DecideUpdate(gears, stats, memory, NoProtection(), 300);
   EXPECT_THAT(d.added[0], ElementsAre(40, 100));
 }
 

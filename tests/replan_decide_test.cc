@@ -159,6 +159,61 @@ TEST(ReplanDecision, MemoryPressureAddsNothingNet) {
   EXPECT_FALSE(d.changed);
 }
 
+TEST(ReplanDecision, AddsNothingWhosePredictedBytesWouldPassTheByteBudget) {
+  // The window of the first test; each gear costs 1000 bytes per unit, gear
+  // 1024 is held (1,024,000 bytes). Unbounded, the planned gears come in.
+  const Window w = MakeWindow({{1024, 100, 0}}, {{100, 100.0}});
+  EXPECT_THAT(Decide(w, ByteBudget(0, {1024})).next_gears[0], Contains(100));
+  // A budget that fits only gear 100 beside 1024: 100 comes, the tail does not.
+  UpdateDecision d = Decide(w, ByteBudget(1'124'000, {1024}));
+  EXPECT_THAT(d.next_gears[0], ElementsAre(100, 1024));
+  // One byte less: nothing; the record says what and why.
+  d = Decide(w, ByteBudget(1'123'999, {1024}));
+  EXPECT_FALSE(d.changed);
+  EXPECT_THAT(d.next_gears[0], ElementsAre(1024));
+  ASSERT_EQ(d.record.declined.size(), 1u);
+  EXPECT_EQ(d.record.declined[0].action, ChangeAction::kAdd);
+  EXPECT_EQ(d.record.declined[0].gear, 100);
+  EXPECT_THAT(d.record.declined[0].reason,
+              HasSubstr("its predicted 100000 bytes would take the gears' memory from 1024000 to "
+                        "1124000 bytes, past memory_budget_bytes = 1123999"));
+}
+
+TEST(ReplanDecision, UnderTheByteBudgetAReplacementThatFreesEnoughIsTaken) {
+  // Gear 300 is unused and held (300,000 bytes); the traffic is at 100.
+  // Adding 100 alone would pass a budget of exactly the bytes in use;
+  // trading 300 for it frees more than it adds.
+  const Window w = MakeWindow({{300, 0, 0}, {1024, 200, 0}}, {{100, 200.0}, {1024, 200.0}});
+  const UpdateDecision d = Decide(w, ByteBudget(1'324'000, {300, 1024}));
+  EXPECT_THAT(d.next_gears[0], ElementsAre(100, 1024));
+  int64_t bytes = 0;
+  for (int64_t g : d.next_gears[0]) bytes += 1000 * g;
+  EXPECT_LE(bytes, 1'324'000);
+}
+
+TEST(ReplanDecision, ThePredictedBytesPriceTheMemoryTerm) {
+  // The config's memory model prices gears at 0 bytes; the predictor at
+  // 1000 bytes per unit. At gamma = 1e6 s per GiB gear 100's predicted
+  // 100,000 bytes cost 93 s, more than its ~41 s padding gain.
+  ReplanOptions o;
+  o.cost.gamma = 1e6;
+  const Window w = MakeWindow({{1024, 100, 0}}, {{100, 100.0}});
+  EXPECT_THAT(Decide(w, {}, o).next_gears[0], Contains(100));  // no bytes in the config's model
+  EXPECT_THAT(Decide(w, ByteBudget(0, {1024}), o).next_gears[0], Not(Contains(100)));
+}
+
+TEST(ReplanDecision, AGearThatRanOutOfMemoryIsNotAddedWithinTheCooldown) {
+  const Window w = MakeWindow({{1024, 100, 0}}, {{100, 100.0}});
+  MemoryState memory;
+  memory.recent_out_of_memory.push_back({{100}, std::nullopt, kNow - 60, 1});
+  const UpdateDecision d = Decide(w, memory);
+  EXPECT_THAT(d.next_gears[0], Not(Contains(100)));
+  bool said = false;
+  for (const ChangeRecord& c : d.record.declined)
+    said = said || (c.gear == 100 && c.reason.find("ran out of memory") != std::string::npos);
+  EXPECT_TRUE(said);
+}
+
 TEST(ReplanDecision, RespectsTheLifetimeOfGearsItAdded) {
   // Gear 100 carries almost nothing now (0.5 decayed requests; removing it
   // loses 0.2 s, inside what a removal may lose). Added by the policy 600 s

@@ -11,6 +11,7 @@
 
 #include "gearbox/update_worker.h"
 #include "src/stats/event_log.h"
+#include "tests/policy_fixtures.h"
 
 namespace gearbox {
 namespace {
@@ -80,6 +81,36 @@ TEST(Runtime, CreateValidatesEverything) {
               HasSubstr("device_memory_usage_threshold_ratio: 0"));
   o.adaptive = {};
   EXPECT_THAT(AdaptiveGearRuntime::Create({}, o).status().message(), HasSubstr("dims"));
+}
+
+// The byte budget's inputs: the runtime hands the policies its predictor
+// and the bytes in use, and memory past the budget triggers an update.
+TEST(Runtime, TheGearBytesPredictorFillsTheMemoryStateAndPastTheBudgetTriggers) {
+  AdaptiveOptions adaptive;
+  adaptive.memory_budget_bytes = 10'000;
+  Fixture f(Batch({1, 8}), adaptive);
+  MemoryState m = f.runtime->ReadMemory();
+  EXPECT_EQ(m.budget_bytes, 10'000);
+  EXPECT_FALSE(m.bytes_in_use.has_value());  // no predictor: the byte rule does not bind
+  EXPECT_EQ(f.runtime->CheckTrigger(1), std::nullopt);
+  // Gears 1 and 8 held at 1000 bytes per unit: 9,000 bytes, within the budget.
+  f.runtime->SetGearBytesPredictor(std::make_shared<policy_fixtures::ProductBytesPredictor>(
+      1000, std::set<std::vector<int64_t>>{{1}, {8}}));
+  m = f.runtime->ReadMemory();
+  EXPECT_EQ(m.bytes_in_use, 9'000);
+  ASSERT_NE(m.predictor, nullptr);
+  EXPECT_EQ(m.predictor->AddedBytes(std::vector<int64_t>{4}), 4'000);
+  EXPECT_EQ(f.runtime->CheckTrigger(1), std::nullopt);
+  // Gear 2 held too: 11,000 bytes, past the budget: a memory update.
+  f.runtime->SetGearBytesPredictor(std::make_shared<policy_fixtures::ProductBytesPredictor>(
+      1000, std::set<std::vector<int64_t>>{{1}, {2}, {8}}));
+  EXPECT_EQ(f.runtime->CheckTrigger(1), UpdateTrigger::kMemory);
+  absl::StatusOr<UpdateRecord> r = f.runtime->RunOnce(1, UpdateTrigger::kMemory);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->memory.bytes_in_use, 11'000);
+  EXPECT_THAT(UpdateRecordToJson(*r), HasSubstr("\"budget_bytes\":10000,\"bytes_in_use\":11000"));
+  f.runtime->SetGearBytesPredictor(nullptr);
+  EXPECT_FALSE(f.runtime->ReadMemory().bytes_in_use.has_value());
 }
 
 TEST(Runtime, OneEventPerExecutedVariantWithRemainderPadding) {

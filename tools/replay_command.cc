@@ -298,6 +298,8 @@ absl::StatusOr<std::vector<ExecutedReplayResult>> RunExecuted(
     static_cast<ReplayRunOptions&>(options) = run;
     options.max_requests = f.max_requests;
     options.memory_budget_bytes = static_cast<int64_t>(f.memory_budget_mb * 1024 * 1024);
+    // No budget: the probe matching the backend's memory (host or CUDA).
+    options.make_memory_probe = [](const Backend& b) { return MakeMemoryProbeFor(b); };
     ProgressBar bar("execute " + std::string(UpdatePolicyName(run.policy)));
     options.progress = [&bar](size_t done, size_t total) { bar.Update(done, total); };
     auto r = ExecutedReplay(

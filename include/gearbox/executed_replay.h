@@ -15,6 +15,7 @@
 #include "gearbox/backend.h"
 #include "gearbox/config.h"
 #include "gearbox/export.h"
+#include "gearbox/memory_probe.h"
 #include "gearbox/replay.h"
 #include "gearbox/trace.h"
 
@@ -30,6 +31,11 @@ struct ExecutedReplayOptions : ReplayRunOptions {
   // (ExecutorOptions::graph_memory_budget_bytes), so peak_gear_bytes <= the
   // budget.
   int64_t memory_budget_bytes = 0;
+  // Without a budget: makes the probe the runtime reads, for the replay's
+  // backend (e.g. MakeMemoryProbeFor, gearbox/backends/builtin.h, which
+  // `gearbox replay --execute` passes); an error fails the replay. Null: no
+  // probe. Unused with a budget (the budget's probe is used).
+  std::function<absl::StatusOr<std::unique_ptr<MemoryProbe>>(const Backend&)> make_memory_probe;
   uint64_t seed = 1;  // input data
 };
 

@@ -131,8 +131,24 @@ class GEARBOX_EXPORT GearedExecutor {
   // gears determine the fit; errors name a bad gear count or size.
   // Thread-safe.
   absl::StatusOr<int64_t> PredictGearBytes(std::span<const int64_t> gears) const;
+  // What compiling and caching `gears` would add to GearMemoryBytes() now,
+  // as the budget check before a compile projects it: the prediction for a
+  // backend without an arena in use, else its own growth of the arena's
+  // bound; 0 when it is cached. FailedPrecondition while unpredictable.
+  absl::StatusOr<int64_t> PredictAddedBytes(std::span<const int64_t> gears) const;
+  // What releasing the cached executable of `gears` would free (its
+  // bytes()), 0 when none is cached. Thread-safe.
+  int64_t CachedGearBytes(std::span<const int64_t> gears) const;
+  // Gives the runtime a GearBytesPredictor backed by this executor
+  // (PredictAddedBytes, CachedGearBytes, GearMemoryBytes), so the policies
+  // price gears by their predicted bytes and honour
+  // AdaptiveOptions::memory_budget_bytes before any compile. Undone (and
+  // the predictor detached: it then predicts nothing) when the executor is
+  // destroyed.
+  void InstallGearBytesPredictor();
 
  private:
+  class BytesPredictor;
   GearedExecutor(AdaptiveGearRuntime* runtime, Backend* backend, ExecutorOptions options);
   class Cache;
 
@@ -160,7 +176,8 @@ class GEARBOX_EXPORT GearedExecutor {
   Backend* const backend_;
   const ExecutorOptions options_;
   std::unique_ptr<Cache> cache_;
-  uint64_t listener_ = 0;  // our release listener on the runtime
+  uint64_t listener_ = 0;                      // our release listener on the runtime
+  std::shared_ptr<BytesPredictor> predictor_;  // installed in the runtime, or null
   // Statistics only (relaxed).
   // Per-request counters, striped by thread so that request threads do not
   // share a cache line (stats() sums the stripes).

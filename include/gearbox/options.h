@@ -86,6 +86,16 @@ struct AdaptiveOptions {
   // additions are limited to the number of evictions. nullopt disables
   // memory-pressure handling.
   std::optional<double> device_memory_usage_threshold_ratio = 0.90;
+  // Budget for the gears' memory, bytes (not in the seed; 0 = none). When
+  // set and the runtime has a gear-bytes predictor (MemoryState), an
+  // addition whose predicted bytes would take the gears' memory past it is
+  // not made (removals of the same update free their bytes first), decided
+  // before the compile (docs/MEMORY.md, "The budget in the policies").
+  int64_t memory_budget_bytes = 0;
+  // After a compile of a gear ran out of memory (reported to the runtime),
+  // the policies do not add that gear again for this many seconds (not in
+  // the seed; the update that sees the failure runs under memory pressure).
+  double out_of_memory_cooldown_seconds = 600.0;
   // The worker wakes this often, seconds.
   double check_interval_seconds = 60.0;
   // ...and runs an update when this many seconds have passed since the last

@@ -206,8 +206,19 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
   Clock& clock() const { return *clock_; }
   RuntimeCounters counters() const;
   std::optional<UpdateRecord> last_update() const;
-  // Reads the memory probe as the update path does.
+  // Reads the memory probe as the update path does, with the byte budget's
+  // inputs (memory_budget_bytes, the predictor and its bytes in use).
   MemoryState ReadMemory();
+  // The gear-bytes predictor the policies price gears with (null: none),
+  // e.g. GearedExecutor::InstallGearBytesPredictor's. Any thread.
+  void SetGearBytesPredictor(std::shared_ptr<const GearBytesPredictor> predictor);
+  // A compile of the combination `gears` ran out of memory (the executor
+  // calls it; any thread, a short lock, never blocks on an update). The next
+  // update's record lists it (UpdateRecord::out_of_memory) and runs under
+  // memory pressure; for adaptive.out_of_memory_cooldown_seconds the
+  // policies do not add its gears again. Ignored when the gear count is not
+  // the runtime's.
+  void ReportOutOfMemory(std::span<const int64_t> gears, std::optional<int64_t> bytes);
   // Sends a message to the configured log sink.
   void Log(LogLevel level, std::string_view message) const;
 

@@ -6,7 +6,9 @@
 #define GEARBOX_UPDATE_RECORD_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,12 +26,54 @@ enum class UpdateTrigger {
 };
 GEARBOX_EXPORT std::string_view TriggerName(UpdateTrigger trigger);
 
-// What the probe said this update.
+// What the policies may ask about gear memory in bytes, before any compile.
+// The runtime is given one (AdaptiveGearRuntime::SetGearBytesPredictor; the
+// executor's GearedExecutor::MakeGearBytesPredictor answers from its fitted
+// memory model) and hands it to the policies in MemoryState. Thread-safety:
+// called from the updating thread while requests run; implementations must
+// be safe to call concurrently with their own writers. During one decision
+// the policy treats its answers as fixed inputs.
+class GearBytesPredictor {
+ public:
+  virtual ~GearBytesPredictor() = default;
+  // Bytes the gears' memory would grow by if the combination `gears` (one
+  // gear per dimension, gear-set order) were compiled now; nullopt when it
+  // cannot be predicted yet (too few gears compiled).
+  virtual std::optional<int64_t> AddedBytes(std::span<const int64_t> gears) const = 0;
+  // Bytes releasing the combination would free now (0 when none is held).
+  virtual int64_t FreedBytes(std::span<const int64_t> gears) const = 0;
+  // The gears' memory now, bytes.
+  virtual int64_t InUseBytes() const = 0;
+};
+
+// A compile that ran out of memory (the executor survived it: its variant
+// ran at its exact sizes, uncached), as reported to the runtime
+// (AdaptiveGearRuntime::ReportOutOfMemory).
+struct OutOfMemoryEvent {
+  std::vector<int64_t> gears;    // the gear combination, one gear per dimension
+  std::optional<int64_t> bytes;  // its predicted bytes, when the memory model could say
+  double time = 0.0;             // the runtime clock's seconds at the (latest) failure
+  uint64_t count = 1;            // failures of this combination folded into the event
+};
+
+// What the probe said this update, and the byte budget's inputs.
 struct MemoryState {
   std::optional<double> usage;      // fraction in use, when the probe answered sensibly
   std::optional<double> threshold;  // device_memory_usage_threshold_ratio
   bool high = false;                // usage >= threshold
   std::string error;                // why `usage` is missing, when it is
+  // The byte budget (AdaptiveOptions::memory_budget_bytes; 0: none), the
+  // gears' memory in bytes when the update began (known with a predictor),
+  // and the predictor the policies price gears with (null: none; the
+  // policies then price memory from the cost model's config, as before).
+  int64_t budget_bytes = 0;
+  std::optional<int64_t> bytes_in_use;
+  std::shared_ptr<const GearBytesPredictor> predictor;
+  // Compiles that ran out of memory within out_of_memory_cooldown_seconds
+  // before the update (the latest per combination): the policies do not add
+  // their gears again until the cooldown has passed. Not in the JSON (the
+  // record's out_of_memory lists the new ones).
+  std::vector<OutOfMemoryEvent> recent_out_of_memory;
 };
 
 // The eviction filters in the order they run; a gear's verdict is the first
@@ -103,6 +147,9 @@ enum class AdditionOutcome {
                  // confidently in use (see docs/POLICY.md, hysteresis)
   kCap,          // the dimension is at max_gears_per_type
   kBudget,       // memory pressure: no budget left
+  kMemoryBytes,  // its predicted bytes would pass memory_budget_bytes ("memory_bytes")
+  kOutOfMemory,  // its compile ran out of memory within out_of_memory_cooldown_seconds
+                 // ("out_of_memory")
 };
 GEARBOX_EXPORT std::string_view OutcomeName(AdditionOutcome outcome);
 
@@ -123,6 +170,9 @@ struct AdditionRecord {
   uint64_t samples = 0;     // the source's sample count
   uint64_t share = 0;       // of those, how many the new gear would serve
   AdditionOutcome outcome = AdditionOutcome::kAdded;
+  // With a byte budget and a prediction: what the gear would add, bytes
+  // (JSON "predicted_bytes", only when known).
+  std::optional<int64_t> predicted_bytes;
 };
 
 struct UpdateRecord {
@@ -145,6 +195,10 @@ struct UpdateRecord {
   // thread's recording ring was full (the window is then a sample; only
   // with the worker running). 0 in an operator's CommitUpdate record.
   uint64_t events_dropped = 0;
+  // Compiles that ran out of memory since the previous update (JSON
+  // "out_of_memory": [{"gears": {dim: gear}, "bytes": N or null, "time": t,
+  // "count": n}]). Any makes this update one under memory pressure.
+  std::vector<OutOfMemoryEvent> out_of_memory;
   bool changed = false;
   // Replan policy only: the planned target per dimension, the changes taken
   // and the best change declined per dimension.

@@ -183,6 +183,7 @@ absl::Status ParseAdaptive(const json& a, AdaptiveOptions* o) {
       {"replace_loss_threshold", &o->replace_loss_threshold},
       {"hysteresis_margin", &o->hysteresis_margin},
       {"addition_confidence_sigmas", &o->addition_confidence_sigmas},
+      {"out_of_memory_cooldown_seconds", &o->out_of_memory_cooldown_seconds},
       {"check_interval_seconds", &o->check_interval_seconds},
       {"update_interval_seconds", &o->update_interval_seconds},
   };
@@ -192,7 +193,7 @@ absl::Status ParseAdaptive(const json& a, AdaptiveOptions* o) {
   const IntKey ints[] = {
       {"add_min_samples", &o->add_min_samples}, {"min_samples_per_gear", &o->min_samples_per_gear},
       {"window_slots", &window_slots},          {"min_gear_count_per_type", &min_count},
-      {"max_gears_per_type", &max_count},
+      {"max_gears_per_type", &max_count},       {"memory_budget_bytes", &o->memory_budget_bytes},
   };
   std::set<std::string> allowed = {"device_memory_usage_threshold_ratio"};
   for (const auto& k : numbers) allowed.insert(k.key);

@@ -73,6 +73,14 @@ absl::Status ValidateAdaptiveOptions(const AdaptiveOptions& o) {
                                "a ratio in (0, 1], or null to disable memory handling");
     }
   }
+  if (o.memory_budget_bytes < 0) {
+    return InvalidFieldValue("memory_budget_bytes", o.memory_budget_bytes,
+                             "an integer number of bytes >= 0 (0: no budget)");
+  }
+  if (!(std::isfinite(o.out_of_memory_cooldown_seconds) && o.out_of_memory_cooldown_seconds >= 0)) {
+    return InvalidFieldValue("out_of_memory_cooldown_seconds", o.out_of_memory_cooldown_seconds,
+                             "a finite number of seconds >= 0");
+  }
   return absl::OkStatus();
 }
 

@@ -193,7 +193,70 @@ GearedExecutor::GearedExecutor(AdaptiveGearRuntime* runtime, Backend* backend,
       runtime_->AddReleaseListener([this](std::span<const GraphKey> keys) { OnReleased(keys); });
 }
 
-GearedExecutor::~GearedExecutor() { runtime_->RemoveReleaseListener(listener_); }
+// The runtime's GearBytesPredictor (InstallGearBytesPredictor): forwards to
+// the executor until Detach, which waits for calls in flight.
+class GearedExecutor::BytesPredictor final : public GearBytesPredictor {
+ public:
+  explicit BytesPredictor(const GearedExecutor* executor) : executor_(executor) {}
+  std::optional<int64_t> AddedBytes(std::span<const int64_t> gears) const override {
+    MutexLock lock(&mu_);
+    if (executor_ == nullptr) return std::nullopt;
+    absl::StatusOr<int64_t> added = executor_->PredictAddedBytes(gears);
+    if (!added.ok()) return std::nullopt;
+    return *added;
+  }
+  int64_t FreedBytes(std::span<const int64_t> gears) const override {
+    MutexLock lock(&mu_);
+    return executor_ != nullptr ? executor_->CachedGearBytes(gears) : 0;
+  }
+  int64_t InUseBytes() const override {
+    MutexLock lock(&mu_);
+    return executor_ != nullptr ? executor_->GearMemoryBytes() : 0;
+  }
+  void Detach() {
+    MutexLock lock(&mu_);
+    executor_ = nullptr;
+  }
+
+ private:
+  mutable Mutex mu_;
+  const GearedExecutor* executor_ ABSL_GUARDED_BY(mu_);
+};
+
+GearedExecutor::~GearedExecutor() {
+  if (predictor_ != nullptr) {
+    runtime_->SetGearBytesPredictor(nullptr);
+    predictor_->Detach();
+  }
+  runtime_->RemoveReleaseListener(listener_);
+}
+
+void GearedExecutor::InstallGearBytesPredictor() {
+  if (predictor_ == nullptr) predictor_ = std::make_shared<BytesPredictor>(this);
+  runtime_->SetGearBytesPredictor(predictor_);
+}
+
+int64_t GearedExecutor::CachedGearBytes(std::span<const int64_t> gears) const {
+  if (gears.size() > static_cast<size_t>(kMaxDimensions)) return 0;
+  Combo combo;
+  combo.n = static_cast<int>(gears.size());
+  std::copy(gears.begin(), gears.end(), combo.gear);
+  MutexLock lock(&cache_->mu);
+  const Cache::Slot* slot = cache_->table.load(std::memory_order_relaxed)->Find(combo);
+  return slot != nullptr ? slot->exe->bytes() : 0;
+}
+
+absl::StatusOr<int64_t> GearedExecutor::PredictAddedBytes(std::span<const int64_t> gears) const {
+  if (CachedGearBytes(gears) > 0) return 0;
+  const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
+  if (!predicted.ok()) return predicted.status();
+  const ArenaUsage arena = backend_->arena_usage();
+  if (arena.slots == 0 && arena.largest_need_bytes == 0) return *predicted;
+  // An arena in use: the predicted memory is the gear's arena need.
+  const int64_t bound = std::max(
+      arena.held_bytes, std::max(arena.largest_need_bytes, *predicted) * std::max(1, arena.slots));
+  return std::max<int64_t>(0, bound - arena.held_bytes);
+}
 
 void GearedExecutor::OnReleased(std::span<const GraphKey> keys) {
   Cache& c = *cache_;
@@ -541,6 +604,13 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
       // exact sizes (padding off, smaller), compiled for it alone, cached nowhere.
       const bool out_of_memory =
           !compiled.ok() && compiled.status().code() == absl::StatusCode::kResourceExhausted;
+      if (out_of_memory && !v.eager) {
+        // Recorded for the policies: the next update makes room and does
+        // not add this gear again within the cooldown.
+        const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
+        runtime_->ReportOutOfMemory(
+            gears, predicted.ok() ? std::optional<int64_t>(*predicted) : std::nullopt);
+      }
       if ((refused || out_of_memory) && !compiled.ok() && !v.eager && !exact_sizes) {
         exact = v;
         exact->eager = true;

@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 
+#include "src/policy/gear_bytes.h"
+
 namespace gearbox {
 namespace {
 
@@ -73,6 +75,15 @@ struct Proposal {
   int dimension;
   AdditionRecord record;
 };
+
+// With a byte budget: records the proposal's predicted bytes, and whether
+// they would take the gears' memory (`projected`, after this update's
+// evictions and earlier additions) past the budget.
+bool PastByteBudget(const internal::GearBytes& bytes, int64_t projected, Proposal& p) {
+  if (!bytes.budgeted()) return false;
+  p.record.predicted_bytes = bytes.Added(p.dimension, p.record.gear);
+  return !bytes.PastBudget(projected, p.record.predicted_bytes).empty();
+}
 
 }  // namespace
 
@@ -292,6 +303,16 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
   std::optional<int64_t> budget;
   if (memory.high) budget = removed_total;
   rec.addition_budget = budget;
+  // The byte budget (memory_budget_bytes; not in the seed): this update's
+  // evictions free their bytes first, then each addition must fit.
+  std::vector<std::vector<int64_t>> grid;
+  for (int d = 0; d < num_dims; ++d)
+    grid.emplace_back(gears.gears(d).begin(), gears.gears(d).end());
+  const internal::GearBytes bytes(grid, memory);
+  int64_t projected = bytes.in_use();
+  for (int d = 0; d < num_dims; ++d) {
+    for (int64_t g : out.removed[d]) projected -= bytes.Freed(d, g);
+  }
   for (Proposal& p : proposals) {
     auto& next = out.next_gears[p.dimension];
     const int64_t g = p.record.gear;
@@ -300,17 +321,22 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
       p.record.outcome = AdditionOutcome::kDuplicate;
     } else if (std::find(removed.begin(), removed.end(), g) != removed.end()) {
       p.record.outcome = AdditionOutcome::kJustEvicted;
+    } else if (internal::OutOfMemoryAt(memory, p.dimension, g).has_value()) {
+      p.record.outcome = AdditionOutcome::kOutOfMemory;  // within the cooldown (not in the seed)
     } else if (IsThin(p.record.share, o)) {
       p.record.outcome = AdditionOutcome::kThin;
     } else if (budget.has_value() && *budget <= 0) {
       p.record.outcome = AdditionOutcome::kBudget;
     } else if (static_cast<int>(next.size()) >= o.max_gears_per_type) {
       p.record.outcome = AdditionOutcome::kCap;
+    } else if (PastByteBudget(bytes, projected, p)) {
+      p.record.outcome = AdditionOutcome::kMemoryBytes;
     } else {
       p.record.outcome = AdditionOutcome::kAdded;
       next.insert(std::lower_bound(next.begin(), next.end(), g), g);
       out.added[p.dimension].push_back(g);
       if (budget.has_value()) --*budget;
+      if (p.record.predicted_bytes.has_value()) projected += *p.record.predicted_bytes;
     }
     rec.additions.push_back(p.record);
   }
@@ -398,6 +424,10 @@ std::string_view OutcomeName(AdditionOutcome outcome) {
       return "cap";
     case AdditionOutcome::kBudget:
       return "budget";
+    case AdditionOutcome::kMemoryBytes:
+      return "memory_bytes";
+    case AdditionOutcome::kOutOfMemory:
+      return "out_of_memory";
   }
   return "unknown";
 }

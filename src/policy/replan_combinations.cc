@@ -14,6 +14,9 @@
 // cells would lose less than holding it (gear_holding_seconds, at most one
 // compile, so the band between dropping and compiling stays open) running
 // elsewhere. Memory pressure: no additions, and the least useful goes.
+// With a gear-bytes predictor (MemoryState) a cell's memory is what it frees
+// (compiled) or adds (not), and with memory_budget_bytes a compile whose
+// predicted bytes would pass the budget is declined (drops free theirs first).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -77,6 +80,40 @@ class CombinationChooser {
     return GearCombination{g0_[c / n1_], g1_[c % n1_]};
   }
 
+  // A cell's memory, bytes: with a predictor what it frees if compiled now,
+  // what it adds if not (the config's model until it can predict).
+  double CellBytes(size_t i, size_t j) const {
+    const GearCombination c{g0_[i], g1_[j]};
+    if (memory_.predictor == nullptr) return m_.GearBytes(g0_[i] * g1_[j]);
+    const std::vector<int64_t> gears{c[0], c[1]};
+    if (std::binary_search(current_.combinations().begin(), current_.combinations().end(), c))
+      return static_cast<double>(memory_.predictor->FreedBytes(gears));
+    const std::optional<int64_t> added = memory_.predictor->AddedBytes(gears);
+    return added.has_value() ? static_cast<double>(*added) : m_.GearBytes(g0_[i] * g1_[j]);
+  }
+
+  // Whether the combination ran out of memory at its compile within the cooldown.
+  bool OutOfMemory(const GearCombination& c) const {
+    for (const OutOfMemoryEvent& e : memory_.recent_out_of_memory) {
+      if (e.gears.size() == 2 && e.gears[0] == c[0] && e.gears[1] == c[1]) return true;
+    }
+    return false;
+  }
+
+  // The gears' memory once this update's drops are made, bytes.
+  int64_t BytesAfterDrops() const {
+    int64_t bytes = memory_.bytes_in_use.value_or(0);
+    for (const GearCombination& c : current_.combinations()) {
+      auto i = std::lower_bound(g0_.begin(), g0_.end(), c[0]);
+      auto j = std::lower_bound(g1_.begin(), g1_.end(), c[1]);
+      const bool kept =
+          i != g0_.end() && *i == c[0] && j != g1_.end() && *j == c[1] &&
+          in_set_[At(static_cast<size_t>(i - g0_.begin()), static_cast<size_t>(j - g1_.begin()))];
+      if (!kept) bytes -= memory_.predictor->FreedBytes(std::vector<int64_t>{c[0], c[1]});
+    }
+    return bytes;
+  }
+
   // Per cell: its size, its graph's run time and memory cost.
   void BuildCells() {
     cell_volume_.assign(n0_ * n1_, 0.0);
@@ -86,7 +123,7 @@ class CombinationChooser {
       for (size_t j = 0; j < n1_; ++j) {
         cell_volume_[At(i, j)] = static_cast<double>(g0_[i]) * static_cast<double>(g1_[j]);
         cell_run_[At(i, j)] = m_.Run(g0_[i] * g1_[j]);
-        cell_memory_[At(i, j)] = m_.gamma * m_.GearBytes(g0_[i] * g1_[j]) / kGiB;
+        cell_memory_[At(i, j)] = m_.gamma * CellBytes(i, j) / kGiB;
       }
     }
   }
@@ -280,6 +317,9 @@ class CombinationChooser {
     std::make_heap(queue.begin(), queue.end());
     const double threshold = o_.min_gain_ratio * compile_cost_;
     size_t in_use = InUse();
+    const bool budgeted = memory_.budget_bytes > 0 && memory_.predictor != nullptr &&
+                          memory_.bytes_in_use.has_value();
+    int64_t bytes = budgeted ? BytesAfterDrops() : 0;
     std::optional<ChangeRecord> declined;
     while (!queue.empty()) {
       std::pop_heap(queue.begin(), queue.end());
@@ -321,6 +361,40 @@ class CombinationChooser {
                                     : "the gear set is at replan.max_combinations",
                                 Combination(k)};
         break;
+      }
+      if (OutOfMemory(Combination(k))) {
+        declined = ChangeRecord{dims_,
+                                ChangeAction::kCompile,
+                                0,
+                                0,
+                                raw_gain,
+                                compile_cost_,
+                                raw_gain - compile_cost_,
+                                "it ran out of memory at its compile within "
+                                "adaptive.out_of_memory_cooldown_seconds",
+                                Combination(k)};
+        continue;  // the next best may compile
+      }
+      if (budgeted) {
+        const GearCombination c = Combination(k);
+        const std::optional<int64_t> added =
+            memory_.predictor->AddedBytes(std::vector<int64_t>{c[0], c[1]});
+        if (added.has_value() && bytes + *added > memory_.budget_bytes) {
+          declined = ChangeRecord{
+              dims_,
+              ChangeAction::kCompile,
+              0,
+              0,
+              raw_gain,
+              compile_cost_,
+              raw_gain - compile_cost_,
+              Cat("its predicted ", *added, " bytes would take the gears' memory from ", bytes,
+                  " to ", bytes + *added,
+                  " bytes, past memory_budget_bytes = ", memory_.budget_bytes),
+              c};
+          break;
+        }
+        bytes += added.value_or(0);
       }
       in_set_[k] = 1;
       ++in_use;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "src/common/errors.h"
+#include "src/policy/gear_bytes.h"
 #include "src/policy/replan_internal.h"
 
 namespace gearbox::internal {
@@ -85,9 +86,10 @@ class DimensionReplanner {
  public:
   DimensionReplanner(const DimensionSpec& spec, const DimensionStats& ds, const Distribution& dist,
                      const DimensionCost& cost, double horizon, std::vector<int64_t> current,
-                     std::vector<int64_t> target, const MemoryState& memory,
-                     const AdaptiveOptions& adaptive, const ReplanOptions& o, GearLimit limit,
-                     double now, int d, UpdateDecision* out)
+                     std::vector<int64_t> target, const MemoryState& memory, const GearBytes& bytes,
+                     int64_t projected_bytes, const AdaptiveOptions& adaptive,
+                     const ReplanOptions& o, GearLimit limit, double now, int d,
+                     UpdateDecision* out)
       : spec_(spec),
         dist_(dist),
         cost_(cost),
@@ -95,6 +97,8 @@ class DimensionReplanner {
         current_(std::move(current)),
         target_(std::move(target)),
         memory_(memory),
+        bytes_(bytes),
+        projected_(projected_bytes),
         adaptive_(adaptive),
         o_(o),
         max_gears_(limit.max_gears),
@@ -126,9 +130,32 @@ class DimensionReplanner {
   double CostOf(const std::vector<int64_t>& s) const {
     const GearCostModel& m = cost_.model;
     double mem = 0;
+    if (bytes_.predicts()) {
+      for (int64_t g : s) mem += PredictedGiB(g);
+      return m.beta * dist_.Padding(s, spec_.splittable) * horizon_ + m.gamma * mem;
+    }
     for (int64_t g : s) mem += m.GearBytes(g) / kGiB;
     return m.beta * dist_.Padding(s, spec_.splittable) * horizon_ +
            m.gamma * mem * cost_.combinations;
+  }
+
+  // With a predictor, what gear g costs in memory, GiB, over all its
+  // combinations: what it frees if held, what it adds if not (the config's
+  // memory model where the predictor cannot say yet).
+  double PredictedGiB(int64_t g) const {
+    const std::optional<double> b = bytes_.Held(d_, g);
+    return (b.has_value() ? *b : cost_.model.GearBytes(g) * cost_.combinations) / kGiB;
+  }
+
+  // Memory pressure: the probe's, or the gears' memory past the byte budget.
+  bool High() const { return memory_.high || (bytes_.budgeted() && projected_ > bytes_.budget()); }
+
+  // Why adding `add` (after removing `remove`, 0: none) would pass the byte
+  // budget; "" when it fits or no budget binds.
+  std::string PastByteBudget(int64_t add, int64_t remove) const {
+    if (!add || !bytes_.budgeted()) return "";
+    return bytes_.PastBudget(projected_ - (remove ? bytes_.Freed(d_, remove) : 0),
+                             bytes_.Added(d_, add));
   }
 
   // Above the cap (GearLimit): gears must go, young ones too, whatever
@@ -142,7 +169,7 @@ class DimensionReplanner {
 
   bool Young(int64_t g) const {
     auto it = created_.find(g);
-    return !memory_.high && !OverCap() && it != created_.end() &&
+    return !High() && !OverCap() && it != created_.end() &&
            now_ - it->second < o_.min_gear_lifetime_seconds;
   }
 
@@ -169,16 +196,30 @@ class DimensionReplanner {
     whole.erase(std::unique(whole.begin(), whole.end()), whole.end());
     int adds = 0;
     double readd_extra = 0;
+    int64_t delta_bytes = 0;  // the gears' memory change, with a byte budget
+    bool bytes_unknown = false;
+    bool out_of_memory = false;  // a gear it adds ran out of memory within the cooldown
     for (int64_t t : whole) {
       if (std::binary_search(set_.begin(), set_.end(), t)) continue;
       ++adds;
       if (RemovedRecently(t)) readd_extra += cost_.compile;
+      const std::optional<int64_t> b = bytes_.Added(d_, t);
+      bytes_unknown = bytes_unknown || !b.has_value();
+      out_of_memory = out_of_memory || OutOfMemoryAt(memory_, d_, t).has_value();
+      delta_bytes += b.value_or(0);
     }
+    for (int64_t c : set_) {
+      if (!std::binary_search(whole.begin(), whole.end(), c)) delta_bytes -= bytes_.Freed(d_, c);
+    }
+    // Past the byte budget the target is approached one move at a time
+    // (each addition checked on its own, removals first).
+    const bool within_bytes = !bytes_.budgeted() || bytes_unknown || adds == 0 ||
+                              projected_ + delta_bytes <= bytes_.budget();
     const double gain = CostOf(set_) - CostOf(whole);
     const bool fits =
         static_cast<int>(whole.size()) <= std::max<int>(AdditionCap(), set_.size()) &&
-        (!memory_.high || static_cast<int>(whole.size()) <= static_cast<int>(set_.size())) &&
-        adds <= o_.max_changes_per_update;
+        (!High() || static_cast<int>(whole.size()) <= static_cast<int>(set_.size())) &&
+        adds <= o_.max_changes_per_update && within_bytes && !out_of_memory;
     if (!(adds > 0 && fits && gain >= o_.min_gain_ratio * (adds * cost_.compile + readd_extra)))
       return;
     for (int64_t c : set_) {
@@ -189,6 +230,7 @@ class DimensionReplanner {
                                     adds * cost_.compile, gain - adds * cost_.compile,
                                     Cat("the planned set pays for its ", adds, " compiles")});
     set_ = whole;
+    projected_ += delta_bytes;
     for (int64_t t : set_) {
       if (!created_.count(t) && !std::binary_search(current_.begin(), current_.end(), t))
         created_[t] = now_;
@@ -247,7 +289,9 @@ class DimensionReplanner {
     }
     if (add) after.insert(std::lower_bound(after.begin(), after.end(), add), add);
     double gain = m.beta * horizon_ * (segments(before) - segments(after));
-    if (m.gamma > 0) {
+    if (m.gamma > 0 && bytes_.predicts()) {
+      gain += m.gamma * ((remove ? PredictedGiB(remove) : 0) - (add ? PredictedGiB(add) : 0));
+    } else if (m.gamma > 0) {
       gain += m.gamma * cost_.combinations *
               ((remove ? m.GearBytes(remove) : 0) - (add ? m.GearBytes(add) : 0)) / kGiB;
     }
@@ -271,8 +315,14 @@ class DimensionReplanner {
                              " gears)")
                        : Cat("the dimension is at max_gears_per_type (", AdditionCap(), ")");
     }
-    if (add && !remove && memory_.high && budget_ <= 0)
-      mv.why_not = "memory is high: no net additions";
+    if (add && !remove && High() && budget_ <= 0) mv.why_not = "memory is high: no net additions";
+    if (std::string why = PastByteBudget(add, remove); !why.empty()) mv.why_not = std::move(why);
+    if (add) {
+      if (const std::optional<double> at = OutOfMemoryAt(memory_, d_, add)) {
+        mv.why_not = Cat("gear ", add, " ran out of memory at its compile at t = ", *at,
+                         " s (adaptive.out_of_memory_cooldown_seconds)");
+      }
+    }
     if (remove && !add && static_cast<int>(set_.size()) <= adaptive_.min_gear_count_per_type) {
       mv.why_not = "the dimension is at min_gear_count_per_type";
     }
@@ -330,7 +380,7 @@ class DimensionReplanner {
         best_declined = &mv;
       }
     }
-    if (best == nullptr && (memory_.high || OverCap()) && any_removal) {
+    if (best == nullptr && (High() || OverCap()) && any_removal) {
       // Memory pressure, or above the cap: give back the gear whose removal
       // costs least, within the count floor and the largest-gear rule (why_not).
       for (const Move& mv : moves) {
@@ -352,6 +402,8 @@ class DimensionReplanner {
   }
 
   void Apply(const Move& mv) {
+    if (mv.remove) projected_ -= bytes_.Freed(d_, mv.remove);
+    if (mv.add) projected_ += bytes_.Added(d_, mv.add).value_or(0);
     if (mv.remove) {
       set_.erase(std::find(set_.begin(), set_.end(), mv.remove));
       out_->removed[d_].push_back(mv.remove);
@@ -362,13 +414,15 @@ class DimensionReplanner {
       out_->added[d_].push_back(mv.add);
       created_[mv.add] = now_;
     }
-    if (memory_.high && mv.add && !mv.remove) --budget_;
-    if (memory_.high && mv.remove && !mv.add) ++budget_;
+    if (High() && mv.add && !mv.remove) --budget_;
+    if (High() && mv.remove && !mv.add) ++budget_;
     out_->record.changes.push_back(
         {spec_.name, mv.action, mv.add ? mv.add : mv.remove, mv.add && mv.remove ? mv.remove : 0,
          mv.gain, mv.compile, mv.gain - mv.compile,
          mv.action == ChangeAction::kRemove && mv.gain < -cost_.holding
-             ? (memory_.high ? "memory is high" : "above the dimension's gear cap")
+             ? (memory_.high ? "memory is high"
+                : High()     ? "the gears' memory is past memory_budget_bytes"
+                             : "above the dimension's gear cap")
              : "gain clears the hysteresis"});
     ++changes_;
   }
@@ -405,6 +459,8 @@ class DimensionReplanner {
   const std::vector<int64_t> current_;
   const std::vector<int64_t> target_;
   const MemoryState& memory_;
+  const GearBytes& bytes_;
+  int64_t projected_;  // the gears' memory after the moves taken so far, bytes (byte budget)
   const AdaptiveOptions& adaptive_;
   const ReplanOptions& o_;
   const int max_gears_;
@@ -486,8 +542,18 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
   std::vector<int64_t> target =
       PlanTarget(*dist, current, keep_max, cost, horizon, limit.max_gears, o);
   out->record.targets[d] = target;
+  // The byte budget: the gears' memory after the dimensions replanned before this one.
+  std::vector<std::vector<int64_t>> grid;
+  for (int e = 0; e < gears.num_dimensions(); ++e)
+    grid.emplace_back(gears.gears(e).begin(), gears.gears(e).end());
+  const GearBytes bytes(grid, memory);
+  int64_t projected = bytes.in_use();
+  for (int e = 0; e < d && bytes.budgeted(); ++e) {
+    for (int64_t g : out->removed[e]) projected -= bytes.Freed(e, g);
+    for (int64_t g : out->added[e]) projected += bytes.Added(e, g).value_or(0);
+  }
   DimensionReplanner(spec, *ds, *dist, cost, horizon, std::move(current), std::move(target), memory,
-                     adaptive, o, limit, now, d, out)
+                     bytes, projected, adaptive, o, limit, now, d, out)
       .Run();
 }
 

@@ -50,6 +50,8 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
       r.memory.threshold ? ordered_json(Round6(*r.memory.threshold)) : ordered_json(nullptr);
   mem["high"] = r.memory.high;
   if (!r.memory.error.empty()) mem["error"] = r.memory.error;
+  if (r.memory.budget_bytes > 0) mem["budget_bytes"] = r.memory.budget_bytes;
+  if (r.memory.bytes_in_use.has_value()) mem["bytes_in_use"] = *r.memory.bytes_in_use;
   j["memory"] = mem;
   j["addition_budget"] =
       r.addition_budget ? ordered_json(*r.addition_budget) : ordered_json(nullptr);
@@ -60,6 +62,21 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
   j["gears"] = PerDimension(r.dimensions, r.gears_after, false);
   j["cleanup_keys"] = r.cleanup_keys;
   j["events_dropped"] = r.events_dropped;
+  if (!r.out_of_memory.empty()) {
+    ordered_json oom = ordered_json::array();
+    for (const OutOfMemoryEvent& e : r.out_of_memory) {
+      ordered_json x;
+      ordered_json gears = ordered_json::object();
+      for (size_t d = 0; d < e.gears.size() && d < r.dimensions.size(); ++d)
+        gears[r.dimensions[d]] = e.gears[d];
+      x["gears"] = std::move(gears);
+      x["bytes"] = e.bytes ? ordered_json(*e.bytes) : ordered_json(nullptr);
+      x["time"] = Round6(e.time);
+      x["count"] = e.count;
+      oom.push_back(std::move(x));
+    }
+    j["out_of_memory"] = std::move(oom);
+  }
   ordered_json gears = ordered_json::array();
   for (const GearRecord& g : r.gears) {
     ordered_json e;
@@ -97,6 +114,7 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
     e["samples"] = a.samples;
     e["share"] = a.share;
     e["outcome"] = OutcomeName(a.outcome);
+    if (a.predicted_bytes.has_value()) e["predicted_bytes"] = *a.predicted_bytes;
     additions.push_back(std::move(e));
   }
   j["additions"] = std::move(additions);

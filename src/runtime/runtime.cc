@@ -83,6 +83,17 @@ class AdaptiveGearRuntime::Impl {
   mutable Mutex record_mu;
   std::optional<UpdateRecord> last_record ABSL_GUARDED_BY(record_mu);
 
+  // The policies' gear-bytes predictor (SetGearBytesPredictor); copied out
+  // under the lock, called outside it.
+  mutable Mutex predictor_mu;
+  std::shared_ptr<const GearBytesPredictor> predictor ABSL_GUARDED_BY(predictor_mu);
+
+  // Compiles that ran out of memory (ReportOutOfMemory): those since the
+  // last update, and the latest per combination within the cooldown.
+  Mutex oom_mu;
+  std::vector<OutOfMemoryEvent> oom_new ABSL_GUARDED_BY(oom_mu);
+  std::vector<OutOfMemoryEvent> oom_recent ABSL_GUARDED_BY(oom_mu);
+
   // Statistics only (relaxed): written by the update path and AttachCleanupKeys.
   std::atomic<uint64_t> updates{0};
   std::atomic<uint64_t> updates_changed{0};
@@ -335,8 +346,43 @@ void AdaptiveGearRuntime::RemoveReleaseListener(uint64_t id) {
   std::erase_if(impl_->listeners, [id](const auto& l) { return l.first == id; });
 }
 
+void AdaptiveGearRuntime::SetGearBytesPredictor(
+    std::shared_ptr<const GearBytesPredictor> predictor) {
+  MutexLock lock(&impl_->predictor_mu);
+  impl_->predictor = std::move(predictor);
+}
+
+namespace {
+// Folds `e` into `list`: one event per combination (the latest time).
+void FoldOutOfMemory(std::vector<OutOfMemoryEvent>* list, const OutOfMemoryEvent& e) {
+  for (OutOfMemoryEvent& x : *list) {
+    if (x.gears == e.gears) {
+      x.time = std::max(x.time, e.time);
+      x.count += e.count;
+      if (e.bytes.has_value()) x.bytes = e.bytes;
+      return;
+    }
+  }
+  list->push_back(e);
+}
+}  // namespace
+
+void AdaptiveGearRuntime::ReportOutOfMemory(std::span<const int64_t> gears,
+                                            std::optional<int64_t> bytes) {
+  if (static_cast<int>(gears.size()) != num_dimensions_) return;
+  OutOfMemoryEvent e{{gears.begin(), gears.end()}, bytes, clock_->NowSeconds(), 1};
+  MutexLock lock(&impl_->oom_mu);
+  FoldOutOfMemory(&impl_->oom_new, e);
+}
+
 MemoryState AdaptiveGearRuntime::ReadMemory() {
   MemoryState m;
+  m.budget_bytes = options_.adaptive.memory_budget_bytes;
+  {
+    MutexLock lock(&impl_->predictor_mu);
+    m.predictor = impl_->predictor;
+  }
+  if (m.predictor != nullptr) m.bytes_in_use = m.predictor->InUseBytes();
   m.threshold = options_.adaptive.device_memory_usage_threshold_ratio;
   if (!m.threshold.has_value() || options_.memory_probe == nullptr) return m;
   try {
@@ -381,7 +427,16 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
                               ? options_.replan.update_interval_seconds
                               : options_.adaptive.update_interval_seconds;
   if (now - last >= interval) return UpdateTrigger::kInterval;
-  if (ReadMemory().high) return UpdateTrigger::kMemory;
+  {
+    MutexLock lock(&impl_->oom_mu);
+    if (!impl_->oom_new.empty()) return UpdateTrigger::kMemory;  // a compile ran out of memory
+  }
+  const MemoryState memory = ReadMemory();
+  // The probe's pressure, or the gears' memory past memory_budget_bytes.
+  if (memory.high || (memory.budget_bytes > 0 && memory.bytes_in_use.has_value() &&
+                      *memory.bytes_in_use > memory.budget_bytes)) {
+    return UpdateTrigger::kMemory;
+  }
   return std::nullopt;
 }
 
@@ -440,7 +495,20 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
                                   /*with_slots=*/static_cast<bool>(options_.merge_window_stats));
     }
     if (options_.merge_window_stats) MergeWindowStats(now, &stats);
-    const MemoryState memory = ReadMemory();
+    MemoryState memory = ReadMemory();
+    // Out of memory since the last update: listed in the record, pressure
+    // now (room is made), and its gears held back for the cooldown.
+    std::vector<OutOfMemoryEvent> out_of_memory;
+    {
+      MutexLock lock(&impl_->oom_mu);
+      out_of_memory.swap(impl_->oom_new);
+      for (const OutOfMemoryEvent& e : out_of_memory) FoldOutOfMemory(&impl_->oom_recent, e);
+      std::erase_if(impl_->oom_recent, [&](const OutOfMemoryEvent& e) {
+        return now - e.time >= options_.adaptive.out_of_memory_cooldown_seconds;
+      });
+      memory.recent_out_of_memory = impl_->oom_recent;
+    }
+    if (!out_of_memory.empty()) memory.high = true;
     UpdateDecision decision;
     switch (options_.policy) {
       case UpdatePolicy::kStatic:
@@ -461,6 +529,7 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     record.trigger = trigger;
     const uint64_t dropped = impl_->events.dropped();
     record.events_dropped = dropped - impl_->dropped_at_last_update;
+    record.out_of_memory = std::move(out_of_memory);
     impl_->dropped_at_last_update = dropped;
     record.version_before = current->version();
     record.version_after = current->version();
@@ -469,7 +538,11 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     if (decision.changed) {
       auto built = current->WithGears(decision.next_gears, current->version() + 1, now,
                                       joint ? &decision.next_combinations : nullptr);
-      if (!built.ok()) return built.status();  // nothing applied
+      if (!built.ok()) {  // nothing applied: the failures stay for the next update
+        MutexLock lock(&impl_->oom_mu);
+        for (const OutOfMemoryEvent& e : record.out_of_memory) FoldOutOfMemory(&impl_->oom_new, e);
+        return built.status();
+      }
       next = *std::move(built);
       record.version_after = next->version();
     }

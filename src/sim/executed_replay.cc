@@ -159,6 +159,18 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   PoolBudgetMemoryProbe budget(&pool, options.memory_budget_bytes);
   RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &clock, &pool);
   if (options.memory_budget_bytes > 0) ro.memory_probe = &budget;
+  std::unique_ptr<MemoryProbe> backend_probe;  // outlives the runtime
+  if (options.memory_budget_bytes == 0 && options.make_memory_probe) {
+    auto probe = options.make_memory_probe(*backend);
+    if (!probe.ok()) return probe.status();
+    backend_probe = *std::move(probe);
+    ro.memory_probe = backend_probe.get();
+  }
+  // The policies honour the same budget before any compile, pricing gears
+  // by the executor's predictions (unless the config sets its own).
+  if (options.memory_budget_bytes > 0 && ro.adaptive.memory_budget_bytes == 0) {
+    ro.adaptive.memory_budget_bytes = options.memory_budget_bytes;
+  }
   ro.on_update = [&](const UpdateRecord& r) {
     ++result.updates;
     if (r.changed) ++result.updates_changed;
@@ -174,6 +186,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   if (!executor_or.ok()) return executor_or.status();
   GearedExecutor& executor = **executor_or;
   budget.Watch(&executor);  // refused executables read as pressure too
+  if (ro.adaptive.memory_budget_bytes > 0) executor.InstallGearBytesPredictor();
 
   const size_t rows =
       options.max_requests > 0 ? std::min(options.max_requests, trace.rows()) : trace.rows();
