@@ -404,6 +404,25 @@ TEST_P(ArtifactTest, TheStoreDownMeansBuildingLocallyNeverAnError) {
   EXPECT_EQ(get.status().code(), absl::StatusCode::kUnavailable);
 }
 
+// The wait on the real clock (what a fleet of processes does): a holder
+// that died leaves a short lease; the waiter takes over once it lapses.
+TEST(FleetArtifactRealClockTest, AWaiterOnTheSystemClockTakesOverALapsedLease) {
+  InProcessFleetStore store;  // expiry on the system clock
+  FleetFingerprint fp{"model", "simulated", "", "", "", kFleetFormatVersion};
+  FleetArtifactOptions o;
+  o.replica_id = "r1";
+  o.wait_ms = 5000;
+  o.poll_ms = 10;
+  auto a = FleetArtifactStore::Create(&store, fp, o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(*store.AcquireLease((*a)->prefix() + ":art:lease:tuning:8", "dead", 50));
+  auto got = (*a)->Obtain("8", "tuning", [] { return absl::StatusOr<std::string>("t"); });
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->source, ArtifactSource::kBuilt);
+  EXPECT_TRUE(got->waited);
+  EXPECT_EQ((*a)->counters().builds_after_wait, 1u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, ArtifactTest, ::testing::Values(Kind::kInProcess, Kind::kRedis),
                          [](const ::testing::TestParamInfo<Kind>& p) {
                            return p.param == Kind::kRedis ? "Redis" : "InProcess";

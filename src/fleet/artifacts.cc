@@ -426,11 +426,12 @@ absl::StatusOr<ObtainedArtifact> FleetArtifactStore::Obtain(
   }
   out.waited = true;
   impl_->Count([](FleetArtifactCounters& c) { ++c.lease_waits; });
+  WakeSignal wake;  // this call's own (the clocks need one); nobody notifies it
   const double deadline = impl_->clock->NowSeconds() + static_cast<double>(o.wait_ms) / 1000.0;
   while (impl_->clock->NowSeconds() < deadline) {
     const double next =
         std::min(deadline, impl_->clock->NowSeconds() + static_cast<double>(o.poll_ms) / 1000.0);
-    impl_->clock->SleepUntil(next, nullptr);
+    impl_->clock->SleepUntil(next, &wake);
     found = Get(gear_key, kind);
     if (!found.ok()) return build_here(false);
     if (found->has_value()) return loaded(**found);
