@@ -246,6 +246,27 @@ TEST(FleetReplayTest, SharedArtifactsSurviveAStoreOutage) {
   EXPECT_GT(down.artifact_loads, 0u);         // and loads again once the store is back
 }
 
+// A replica joining a fleet with one plan adopts the plan and prewarms its
+// gears from the fleet's artifacts before its first request.
+TEST(FleetReplayTest, AJoinerPrewarmsTheFleetPlansGearsFromTheArtifacts) {
+  FleetReplayOptions o;
+  o.replicas = 3;
+  o.fleet_plan = true;
+  o.share_artifacts = true;
+  o.join_at = 1800.0;
+  const FleetReplayResult r = RunFleet(o);
+  ASSERT_EQ(r.replicas.size(), 3u);
+  const ReplicaReplayResult& joiner = r.replicas.back();
+  EXPECT_GE(joiner.plan_adoptions, 1u);
+  // Everything it had at the start came from the store: it compiled none of it.
+  EXPECT_GT(joiner.prewarm_loads, 0u);
+  EXPECT_EQ(joiner.prewarm_compiles, 0u);
+  // The first replica prewarmed the configured gears by compiling them.
+  EXPECT_GT(r.replicas.front().prewarm_compiles, 0u);
+  EXPECT_EQ(joiner.final_gears, r.replicas.front().final_gears);
+  EXPECT_EQ(r.rejected_requests, 0u);
+}
+
 TEST(FleetReplayTest, SharedArtifactsOnRedisGiveTheStandInsFigures) {
   testing::RedisServer server;
   GEARBOX_REQUIRE_REDIS(server);

@@ -96,6 +96,11 @@ struct ReplicaReplayResult {
   double padding_waste = 0.0;
   uint64_t compiles = 0;        // graphs built here (on a request's miss or by the update path)
   uint64_t artifact_loads = 0;  // graphs loaded from the fleet's artifacts instead
+  // Of compiles and artifact_loads: the graphs its update path had ready at
+  // its start, before its first request (share_artifacts: its initial gear
+  // set; with fleet_plan, a joiner's adopted plan).
+  uint64_t prewarm_compiles = 0;
+  uint64_t prewarm_loads = 0;
   uint64_t updates = 0;
   uint64_t updates_changed = 0;
   uint64_t peak_graphs = 0;

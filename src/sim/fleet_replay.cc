@@ -351,6 +351,8 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     r.active = true;
     if (r.plan != nullptr && !leads) Adopt(r, at);  // the fleet's plan before the first request
     SyncArtifacts(r);  // and its graphs (prewarmed from the fleet's artifacts)
+    r.result.prewarm_compiles = r.result.compiles;
+    r.result.prewarm_loads = r.result.artifact_loads;
     return absl::OkStatus();
   };
   // With only_replica the others are placeholders: routed to, never run.
@@ -561,6 +563,8 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["padding_waste"] = x.padding_waste;
     e["compiles"] = x.compiles;
     e["artifact_loads"] = x.artifact_loads;
+    e["prewarm_compiles"] = x.prewarm_compiles;
+    e["prewarm_loads"] = x.prewarm_loads;
     e["updates"] = x.updates;
     e["updates_changed"] = x.updates_changed;
     e["peak_graphs"] = x.peak_graphs;
