@@ -574,6 +574,7 @@ TEST_F(Cli, FleetFlagsAreCheckedNamingTheFlag) {
       {" --replicas 2 --replica-index 1", "only with --store"},
       {" --replicas 2 --replica-index 1 --store redis://127.0.0.1:1", "only with --fleet-id"},
       {" --replicas 2 --artifact-bytes 0", "--artifact-bytes"},
+      {" --replicas 2 --fleet-id 'a b\x01'", "--fleet-id: fleet.model_id"},
   };
   const std::string base = "replay --config " + P("config.json") + " --trace " + P("trace.csv");
   for (const Case& c : cases) {

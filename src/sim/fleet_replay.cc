@@ -230,7 +230,9 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         Cat("replay-", getpid(), "-", std::chrono::steady_clock::now().time_since_epoch().count());
   }
   if (fingerprint.backend.empty()) fingerprint.backend = "simulated";
-  if (auto s = ValidateFleetFingerprint(fingerprint); !s.ok()) return s;
+  if (auto s = ValidateFleetFingerprint(fingerprint); !s.ok()) {
+    return internal::WithContext(s, "--fleet-id");  // the only field a user sets here
+  }
 
   std::vector<std::string> names;
   for (const auto& d : config.dims) names.push_back(d.name);
