@@ -625,4 +625,14 @@ TEST_F(Cli, AFleetOfThreeProcessesAgainstOneRedis) {
   EXPECT_GT(std::stoi(r.output.substr(at + 10)), 0) << r.output;  // artifact loads
 }
 
+// Without a redis-server the script says so and exits 77 (a skip), starting nothing.
+TEST_F(Cli, TheFleetExampleSkipsCleanlyWithoutRedis) {
+  std::string line = "GEARBOX_REDIS_SERVER=/nonexistent/redis-server GEARBOX=";
+  line.append(GEARBOX_TOOL).append(" " GEARBOX_SOURCE_DIR "/scripts/fleet-example.sh ");
+  line.append(P("config.json")).append(" ").append(P("trace.csv"));
+  const ToolRun r = Shell(line);
+  EXPECT_EQ(r.code, 77) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("skipped: redis-server not found"));
+}
+
 }  // namespace
