@@ -1,6 +1,7 @@
 // Fuzzes the decoders of values read from a fleet store (gearbox/fleet.h,
 // gearbox/fleet_stats.h): any bytes either decode into a value that passes
 // its own invariants or give an error that says why; never a crash.
+// Artifact manifests and index values (gearbox/fleet_artifacts.h) too.
 // Input: the first byte picks the decoder, the rest is the value; for a hash
 // the rest is lines alternating field and value.
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "gearbox/fleet.h"
+#include "gearbox/fleet_artifacts.h"
 #include "gearbox/fleet_plan.h"
 #include "gearbox/fleet_stats.h"
 
@@ -40,7 +42,7 @@ gearbox::FleetHash SplitHash(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 5) {
+  switch (data[0] % 7) {
     case 0: {
       auto v = gearbox::DecodeFleetVersion(text);
       if (v.ok() && (*v == 0 || *v > static_cast<uint64_t>(INT64_MAX))) __builtin_trap();
@@ -80,6 +82,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!again.ok() || again->gears != plan->gears || again->leader != plan->leader) {
         __builtin_trap();
       }
+      break;
+    }
+    case 5: {  // an artifact manifest: within the hard bounds, and re-encodes to the same text
+      auto m = gearbox::DecodeFleetArtifactManifest(text);
+      if (!m.ok()) {
+        if (m.status().message().empty()) __builtin_trap();
+        break;
+      }
+      if (m->size < 0 || m->size > gearbox::kFleetMaxArtifactBytes || m->chunk_bytes < 1 ||
+          m->chunk_bytes > gearbox::kFleetMaxChunkBytes || m->chunks < 0 ||
+          m->chunks > gearbox::kFleetMaxChunks ||
+          static_cast<int64_t>(m->chunks) * m->chunk_bytes < m->size ||
+          (m->chunks > 0 && static_cast<int64_t>(m->chunks - 1) * m->chunk_bytes >= m->size) ||
+          !gearbox::ValidateFleetArtifactKind(m->kind).ok()) {
+        __builtin_trap();
+      }
+      if (gearbox::EncodeFleetArtifactManifest(*m) != text) __builtin_trap();
+      break;
+    }
+    case 6: {  // an index value: accepted only as 64 lowercase hex digits
+      const absl::Status s = gearbox::CheckFleetDigest(text);
+      if (s.ok() && text.size() != 64) __builtin_trap();
+      if (!s.ok() && s.message().empty()) __builtin_trap();
       break;
     }
     case 3: {  // a statistics bucket of a two-dimension runtime

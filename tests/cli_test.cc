@@ -568,6 +568,13 @@ TEST_F(Cli, FleetFlagsAreCheckedNamingTheFlag) {
       {" --replicas 2 --join-at soon", "--join-at: \"soon\""},
       {" --replicas 2 --fleet-weighting most", "--fleet-weighting: \"most\""},
       {" --replicas 2 --optimum", "--optimum: not with --replicas"},
+      {" --share-artifacts", "--share-artifacts: needs --replicas"},
+      {" --replicas 2 --replica-index 2 --store redis://127.0.0.1:1 --fleet-id x",
+       "--replica-index: 2 is not allowed"},
+      {" --replicas 2 --replica-index 1", "only with --store"},
+      {" --replicas 2 --replica-index 1 --store redis://127.0.0.1:1", "only with --fleet-id"},
+      {" --replicas 2 --artifact-bytes 0", "--artifact-bytes"},
+      {" --replicas 2 --fleet-id 'a b\x01'", "--fleet-id: fleet.model_id"},
   };
   const std::string base = "replay --config " + P("config.json") + " --trace " + P("trace.csv");
   for (const Case& c : cases) {
@@ -578,6 +585,54 @@ TEST_F(Cli, FleetFlagsAreCheckedNamingTheFlag) {
     EXPECT_THAT(r.output, HasSubstr(c.message)) << c.flags;
     EXPECT_THAT(r.output, ::testing::Not(HasSubstr("secretpw"))) << c.flags;
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(Cli, FleetReplaySharingArtifactsLoadsInsteadOfCompiling) {
+  const std::string base = "replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+                           " --replicas 4 --summary ";
+  ToolRun r = Tool(base + P("alone.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = Tool(base + P("shared.json") + " --share-artifacts --artifact-bytes 3000");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("loads"));
+  const auto alone = nlohmann::json::parse(ReadAll(P("alone.json")))[0];
+  const auto shared = nlohmann::json::parse(ReadAll(P("shared.json")))[0];
+  EXPECT_EQ(alone["fleet"]["artifact_loads"], 0);
+  EXPECT_GT(shared["fleet"]["artifact_loads"], 0);
+  // Four replicas compile about what one does: fewer than alone.
+  EXPECT_LT(shared["fleet"]["compiles"].get<int>(), alone["fleet"]["compiles"].get<int>());
+}
+
+// scripts/fleet-example.sh: 3 processes against one redis-server it starts.
+TEST_F(Cli, AFleetOfThreeProcessesAgainstOneRedis) {
+  std::string line = "GEARBOX=";
+  line.append(GEARBOX_TOOL).append(" " GEARBOX_SOURCE_DIR "/scripts/fleet-example.sh ");
+  line.append(P("config.json")).append(" ").append(P("trace.csv")).append(" 3");
+  const ToolRun r = Shell(line);
+  if (r.code == 77) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* p : {"--- process 0", "--- process 1", "--- process 2"}) {
+    EXPECT_THAT(r.output, HasSubstr(p));
+  }
+  // Every row served by exactly one process; artifacts shared between them.
+  EXPECT_THAT(r.output, HasSubstr("fleet of 3 processes: 2000 requests"));
+  const size_t at = r.output.find("compiles, ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_GT(std::stoi(r.output.substr(at + 10)), 0) << r.output;  // artifact loads
+}
+
+// Without a redis-server the script says so and exits 77 (a skip), starting nothing.
+TEST_F(Cli, TheFleetExampleSkipsCleanlyWithoutRedis) {
+  std::string line = "GEARBOX_REDIS_SERVER=/nonexistent/redis-server GEARBOX=";
+  line.append(GEARBOX_TOOL).append(" " GEARBOX_SOURCE_DIR "/scripts/fleet-example.sh ");
+  line.append(P("config.json")).append(" ").append(P("trace.csv"));
+  const ToolRun r = Shell(line);
+  EXPECT_EQ(r.code, 77) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("skipped: redis-server not found"));
 }
 
 }  // namespace

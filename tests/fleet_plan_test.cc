@@ -74,6 +74,51 @@ class FleetPlanTest : public ::testing::TestWithParam<Kind> {
   std::vector<std::unique_ptr<AdaptiveGearRuntime>> runtimes_;
 };
 
+// A follower's own limits: a plan above its max_graphs is refused (its
+// gears stay), a smaller newer one is adopted; hysteresis puts off a version
+// that comes sooner than min_adopt_interval_seconds after the last adoption.
+TEST_P(FleetPlanTest, AFollowerRefusesWhatItCannotHoldAndKeepsItsHysteresis) {
+  AdaptiveGearRuntime& a = *runtimes_[0];
+  AdaptiveGearRuntime& b = *runtimes_[1];
+  auto leader = Sync("leader");
+  FleetPlanOptions fo;
+  fo.replica_id = "follower";
+  fo.may_lead = false;
+  fo.max_graphs = 4;
+  fo.min_adopt_interval_seconds = 60;
+  auto follower = *FleetPlanSync::Create(store_.get(), kModel, {"SEQLEN"}, fo);
+  const std::vector<int64_t> own = Gears(b);
+  ASSERT_TRUE(a.CommitUpdate({{64, 256, 1024, 4096, 16384}}, 100).ok());  // 5 graphs
+  ASSERT_TRUE(leader->Step(&a, 100)->published);
+  auto s = follower->Step(&b, 100);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->refused);
+  EXPECT_FALSE(s->adopted);
+  EXPECT_EQ(Gears(b), own);
+  EXPECT_FALSE(follower->Step(&b, 101)->refused);  // once per version
+  ASSERT_TRUE(a.CommitUpdate({{256, 1024, 16384}}, 110).ok());
+  ASSERT_TRUE(leader->Step(&a, 110)->published);
+  s = follower->Step(&b, 110);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->adopted);
+  EXPECT_EQ(Gears(b), (std::vector<int64_t>{256, 1024, 16384}));
+  // Hysteresis: a version 20 s after the adoption waits until 60 s have passed.
+  ASSERT_TRUE(a.CommitUpdate({{512, 16384}}, 130).ok());
+  ASSERT_TRUE(leader->Step(&a, 130)->published);
+  s = follower->Step(&b, 130);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->deferred);
+  EXPECT_EQ(Gears(b), (std::vector<int64_t>{256, 1024, 16384}));
+  s = follower->Step(&b, 171);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->adopted);
+  EXPECT_EQ(Gears(b), (std::vector<int64_t>{512, 16384}));
+  fo.max_graphs = -1;
+  auto bad = FleetPlanSync::Create(store_.get(), kModel, {"SEQLEN"}, fo);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fleet.max_graphs"), std::string::npos);
+}
+
 TEST_P(FleetPlanTest, TheLeaderPublishesAndAFollowerAdoptsOnce) {
   AdaptiveGearRuntime& a = *runtimes_[0];
   AdaptiveGearRuntime& b = *runtimes_[1];

@@ -168,6 +168,14 @@ TEST(FleetReplayTest, BadOptionsNameTheFlag) {
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->second, 20.5);
   o = {};
+  o.artifact_bytes = 0;
+  EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--artifact-bytes: 0"),
+            absl::string_view::npos);
+  o = {};
+  o.only_replica = 1;
+  EXPECT_NE(FleetReplay(config, trace, o).status().message().find("only with --store"),
+            absl::string_view::npos);
+  o = {};
   o.store_url = "redis://127.0.0.1";
   EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--store"),
             absl::string_view::npos);
@@ -187,6 +195,91 @@ TEST(FleetReplayTest, RedisGivesTheStandInsFigures) {
   EXPECT_NEAR(redis.padding_waste, local.padding_waste, 0.005);
   EXPECT_EQ(redis.store_counters.failures, 0u);
   for (const ReplicaReplayResult& x : redis.replicas) EXPECT_GT(x.fleet.merges, 0u);
+}
+
+// Shared artifacts: every replica's graphs but the first builder's come from
+// the store, so the fleet compiles about what one replica does.
+TEST(FleetReplayTest, SharedArtifactsAreLoadedInsteadOfCompiled) {
+  FleetReplayOptions o;
+  o.replicas = 4;
+  const FleetReplayResult alone = RunFleet(o);
+  o.share_artifacts = true;
+  o.artifact_bytes = 300 * 1024;  // two chunks each
+  const FleetReplayResult shared = RunFleet(o);
+  EXPECT_EQ(shared.requests, alone.requests);
+  EXPECT_EQ(shared.rejected_requests, 0u);
+  EXPECT_EQ(alone.artifact_loads, 0u);
+  EXPECT_GT(shared.artifact_loads, 0u);
+  EXPECT_LT(shared.compiles, alone.compiles);
+  uint64_t puts = 0;
+  for (const ReplicaReplayResult& x : shared.replicas) {
+    EXPECT_EQ(x.artifacts.corrupt, 0u);
+    EXPECT_EQ(x.artifacts.loads, x.artifact_loads);
+    puts += x.artifacts.puts;
+  }
+  // Each artifact is put by the replica that built it, never by a loader.
+  EXPECT_EQ(puts, shared.compiles);
+  // The fleet's compiles stay below twice one replica's (not N x).
+  uint64_t most = 0;
+  for (const ReplicaReplayResult& x : shared.replicas) {
+    most = std::max<uint64_t>(most, x.compiles + x.artifact_loads);
+  }
+  EXPECT_LT(shared.compiles, 2 * most);
+}
+
+// The store down for a while: the replicas build their graphs themselves,
+// no request is lost, and loading resumes when it is back.
+TEST(FleetReplayTest, SharedArtifactsSurviveAStoreOutage) {
+  FleetReplayOptions o;
+  o.replicas = 4;
+  o.share_artifacts = true;
+  const FleetReplayResult steady = RunFleet(o);
+  o.store_outage =
+      std::make_pair(0.0, 200.0);  // over the start: every replica builds its first gears
+  const FleetReplayResult down = RunFleet(o);
+  EXPECT_EQ(down.requests, steady.requests);
+  EXPECT_EQ(down.rejected_requests, 0u);
+  uint64_t failures = 0;
+  for (const ReplicaReplayResult& x : down.replicas) failures += x.artifacts.store_failures;
+  EXPECT_GT(failures, 0u);
+  EXPECT_GT(down.compiles, steady.compiles);  // each replica built its first gears itself
+  EXPECT_GT(down.artifact_loads, 0u);         // and loads again once the store is back
+}
+
+// A replica joining a fleet with one plan adopts the plan and prewarms its
+// gears from the fleet's artifacts before its first request.
+TEST(FleetReplayTest, AJoinerPrewarmsTheFleetPlansGearsFromTheArtifacts) {
+  FleetReplayOptions o;
+  o.replicas = 3;
+  o.fleet_plan = true;
+  o.share_artifacts = true;
+  o.join_at = 1800.0;
+  const FleetReplayResult r = RunFleet(o);
+  ASSERT_EQ(r.replicas.size(), 3u);
+  const ReplicaReplayResult& joiner = r.replicas.back();
+  EXPECT_GE(joiner.plan_adoptions, 1u);
+  // Everything it had at the start came from the store: it compiled none of it.
+  EXPECT_GT(joiner.prewarm_loads, 0u);
+  EXPECT_EQ(joiner.prewarm_compiles, 0u);
+  // The first replica prewarmed the configured gears by compiling them.
+  EXPECT_GT(r.replicas.front().prewarm_compiles, 0u);
+  EXPECT_EQ(joiner.final_gears, r.replicas.front().final_gears);
+  EXPECT_EQ(r.rejected_requests, 0u);
+}
+
+TEST(FleetReplayTest, SharedArtifactsOnRedisGiveTheStandInsFigures) {
+  testing::RedisServer server;
+  GEARBOX_REQUIRE_REDIS(server);
+  FleetReplayOptions o;
+  o.replicas = 4;
+  o.share_artifacts = true;
+  o.artifact_bytes = 300 * 1024;
+  const FleetReplayResult local = RunFleet(o);
+  o.store_url = server.url();
+  const FleetReplayResult redis = RunFleet(o);
+  EXPECT_EQ(redis.store_counters.failures, 0u);
+  EXPECT_EQ(redis.compiles, local.compiles);
+  EXPECT_EQ(redis.artifact_loads, local.artifact_loads);
 }
 
 }  // namespace

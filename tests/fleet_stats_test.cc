@@ -358,6 +358,14 @@ class GatedStore final : public FleetStore {
   absl::Status ReleaseLease(std::string_view key, std::string_view owner) override {
     return inner_->ReleaseLease(key, owner);
   }
+  absl::Status PutStrings(std::span<const std::pair<std::string, std::string>> entries,
+                          int64_t ttl_ms) override {
+    return inner_->PutStrings(entries, ttl_ms);
+  }
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
+      std::span<const std::string> keys) override {
+    return inner_->GetStrings(keys);
+  }
   FleetStoreCounters counters() const override { return inner_->counters(); }
   std::string Describe() const override { return "gated"; }
 

@@ -42,13 +42,17 @@ struct ReplayFlags {
   size_t max_updates = ReplayRunOptions{}.max_updates;
   // Fleet replay (gearbox/fleet_replay.h): 0 = the single-runtime replay.
   int replicas = 0;
-  std::string store;            // redis://HOST:PORT; empty: the in-process stand-in
-  std::string replica_split;    // round-robin (default) or hash:COLUMN
-  std::string join_at;          // trace seconds; empty: every replica from the start
-  std::string store_outage;     // T1:T2
-  bool isolated = false;        // replicas that do not share (the baseline)
-  std::string fleet_weighting;  // total (default) or mean
-  bool fleet_plan = false;      // one plan per fleet (replica 0 leads)
+  std::string store;             // redis://HOST:PORT; empty: the in-process stand-in
+  std::string replica_split;     // round-robin (default) or hash:COLUMN
+  std::string join_at;           // trace seconds; empty: every replica from the start
+  std::string store_outage;      // T1:T2
+  bool isolated = false;         // replicas that do not share (the baseline)
+  std::string fleet_weighting;   // total (default) or mean
+  bool fleet_plan = false;       // one plan per fleet (replica 0 leads)
+  bool share_artifacts = false;  // compiled artifacts shared through the store
+  int64_t artifact_bytes = 0;    // bytes of one simulated artifact; 0: the library's default
+  int replica_index = -1;        // >= 0: simulate only this replica (a fleet of processes)
+  std::string fleet_id;          // the fingerprint's model id (processes of one fleet share it)
 };
 
 int Fail(const absl::Status& s) {
@@ -473,6 +477,10 @@ int RunFleetReplay(const ReplayFlags& f) {
   base.store_url = f.store;
   base.share_stats = !f.isolated;
   base.fleet_plan = f.fleet_plan;
+  base.share_artifacts = f.share_artifacts;
+  if (f.artifact_bytes != 0) base.artifact_bytes = f.artifact_bytes;
+  if (f.replica_index >= 0) base.only_replica = f.replica_index;
+  base.fingerprint.model_id = f.fleet_id;
   base.bucket_seconds = f.bucket_seconds;
   base.max_updates = f.max_updates;
   if (!f.store.empty()) {
@@ -522,20 +530,22 @@ int RunFleetReplay(const ReplayFlags& f) {
     std::printf("fleet replay: %s, %zu replicas, store %s%s%s\n", r->policy.c_str(),
                 r->replicas.size(), r->store.c_str(), r->share_stats ? "" : " (isolated)",
                 r->fleet_plan ? ", one plan (replica 0 leads)" : "");
-    std::printf("%8s %9s %10s %9s %8s %7s %7s %8s\n", "replica", "joined", "requests", "waste",
-                "compiles", "graphs", "updates", "merges");
+    std::printf("%8s %9s %10s %9s %8s %7s %7s %8s %7s\n", "replica", "joined", "requests", "waste",
+                "compiles", "graphs", "updates", "merges", "loads");
     for (const ReplicaReplayResult& x : r->replicas) {
-      std::printf("%8d %9.0f %10llu %9s %8llu %7llu %7llu %8llu\n", x.replica, x.joined_at,
+      std::printf("%8d %9.0f %10llu %9s %8llu %7llu %7llu %8llu %7llu\n", x.replica, x.joined_at,
                   static_cast<unsigned long long>(x.requests), Percent(x.padding_waste).c_str(),
                   static_cast<unsigned long long>(x.compiles),
                   static_cast<unsigned long long>(x.final_graphs),
                   static_cast<unsigned long long>(x.updates),
-                  static_cast<unsigned long long>(x.fleet.merges));
+                  static_cast<unsigned long long>(x.fleet.merges),
+                  static_cast<unsigned long long>(x.artifact_loads));
     }
-    std::printf("%8s %9s %10llu %9s %8llu %7llu\n", "fleet", "",
+    std::printf("%8s %9s %10llu %9s %8llu %7llu %7s %8s %7llu\n", "fleet", "",
                 static_cast<unsigned long long>(r->requests), Percent(r->padding_waste).c_str(),
                 static_cast<unsigned long long>(r->compiles),
-                static_cast<unsigned long long>(r->final_graphs));
+                static_cast<unsigned long long>(r->final_graphs), "", "",
+                static_cast<unsigned long long>(r->artifact_loads));
     std::printf(
         "store: %llu calls (%llu failed, %llu refused by the breaker), %llu bytes sent, "
         "%llu received\n",
@@ -571,7 +581,11 @@ int RunReplay(const ReplayFlags& f) {
                                   {"--store-outage", !f.store_outage.empty()},
                                   {"--isolated", f.isolated},
                                   {"--fleet-weighting", !f.fleet_weighting.empty()},
-                                  {"--fleet-plan", f.fleet_plan}}) {
+                                  {"--fleet-plan", f.fleet_plan},
+                                  {"--share-artifacts", f.share_artifacts},
+                                  {"--artifact-bytes", f.artifact_bytes != 0},
+                                  {"--replica-index", f.replica_index >= 0},
+                                  {"--fleet-id", !f.fleet_id.empty()}}) {
     if (set) return Fail(absl::InvalidArgumentError(fmt::format("{}: needs --replicas", flag)));
   }
   if (auto s = CheckFlagCombinations(f); !s.ok()) return Fail(s);
@@ -685,6 +699,19 @@ Command AddReplayCommand(CLI::App& app) {
   cmd->add_option("--fleet-weighting", f->fleet_weighting,
                   "fleet replay: plan from the fleet's whole traffic (total, default) or the "
                   "mean replica's (mean)");
+  cmd->add_flag("--share-artifacts", f->share_artifacts,
+                "fleet replay: replicas load the gears' artifacts another put in the store "
+                "instead of compiling them (single-flight compiles)");
+  cmd->add_option("--artifact-bytes", f->artifact_bytes,
+                  "fleet replay: bytes of one simulated artifact (default 65536)")
+      ->check(NumberIn(1, 64 << 20, "bytes in [1, 67108864]"));
+  cmd->add_option("--replica-index", f->replica_index,
+                  "fleet replay: simulate only replica I (0-based) of --replicas N, its share "
+                  "of the trace, against --store (a fleet of processes; needs --fleet-id)")
+      ->check(NumberIn(0, 255, "an integer in [0, 255]"));
+  cmd->add_option("--fleet-id", f->fleet_id,
+                  "fleet replay: the fleet's model id (the key prefix); processes of one fleet "
+                  "pass the same (default: a fresh one per run)");
   return [f] { return RunReplay(*f); };
 }
 

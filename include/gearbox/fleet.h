@@ -115,6 +115,15 @@ class GEARBOX_EXPORT FleetStore {
                                             int64_t ttl_ms) = 0;
   // Drops the lease if `owner` holds it (no-op otherwise).
   virtual absl::Status ReleaseLease(std::string_view key, std::string_view owner) = 0;
+  // Writes each (key, value) as a string with expiry ttl_ms (SET PX), in
+  // order and in one round trip; not atomic across keys (a reader may see
+  // the first ones before the last).
+  virtual absl::Status PutStrings(std::span<const std::pair<std::string, std::string>> entries,
+                                  int64_t ttl_ms) = 0;
+  // Several strings in one round trip (MGET): nullopt for a missing key or
+  // one holding another type; a value above limits.max_value_bytes is kDataLoss.
+  virtual absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
+      std::span<const std::string> keys) = 0;
 
   virtual FleetStoreCounters counters() const = 0;
   // "redis://127.0.0.1:6379" or "in-process" (never credentials).
@@ -153,6 +162,10 @@ class GEARBOX_EXPORT InProcessFleetStore final : public FleetStore {
   absl::StatusOr<bool> AcquireLease(std::string_view key, std::string_view owner,
                                     int64_t ttl_ms) override;
   absl::Status ReleaseLease(std::string_view key, std::string_view owner) override;
+  absl::Status PutStrings(std::span<const std::pair<std::string, std::string>> entries,
+                          int64_t ttl_ms) override;
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
+      std::span<const std::string> keys) override;
   FleetStoreCounters counters() const override;
   std::string Describe() const override { return "in-process"; }
 
@@ -160,6 +173,7 @@ class GEARBOX_EXPORT InProcessFleetStore final : public FleetStore {
   // Test hook: stores a raw hash field / string as a hostile writer could.
   void PutRawHashField(std::string_view key, std::string_view field, std::string_view value);
   void PutRawVersioned(std::string_view key, std::string_view version, std::string_view payload);
+  void PutRawString(std::string_view key, std::string_view value);
   size_t live_keys() const;  // keys not expired at the clock's now
 
  private:
@@ -228,6 +242,10 @@ class GEARBOX_EXPORT RedisFleetStore final : public FleetStore {
   absl::StatusOr<bool> AcquireLease(std::string_view key, std::string_view owner,
                                     int64_t ttl_ms) override;
   absl::Status ReleaseLease(std::string_view key, std::string_view owner) override;
+  absl::Status PutStrings(std::span<const std::pair<std::string, std::string>> entries,
+                          int64_t ttl_ms) override;
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
+      std::span<const std::string> keys) override;
   FleetStoreCounters counters() const override;
   std::string Describe() const override;
 
@@ -258,6 +276,10 @@ class GEARBOX_EXPORT OutageFleetStore final : public FleetStore {
   absl::StatusOr<bool> AcquireLease(std::string_view key, std::string_view owner,
                                     int64_t ttl_ms) override;
   absl::Status ReleaseLease(std::string_view key, std::string_view owner) override;
+  absl::Status PutStrings(std::span<const std::pair<std::string, std::string>> entries,
+                          int64_t ttl_ms) override;
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
+      std::span<const std::string> keys) override;
   FleetStoreCounters counters() const override;
   std::string Describe() const override { return inner_->Describe(); }
 

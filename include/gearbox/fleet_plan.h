@@ -52,12 +52,24 @@ struct FleetPlanOptions {
   // false: this replica only adopts (never takes the lease), e.g. one whose
   // own policy does not plan (static).
   bool may_lead = true;
+  // A follower's own limits and hysteresis when adopting:
+  // The most gear combinations (compiled graphs: the product of the gears
+  // per dimension) this replica can hold; a plan above it is refused (the
+  // replica keeps its gears, FleetPlanStep::refused) and not retried until
+  // a newer version. 0: no local limit.
+  int64_t max_graphs = 0;
+  // Seconds a follower keeps an adopted plan before adopting a newer one (a
+  // version arriving sooner waits for a later Step: no flapping when the
+  // leader publishes often). 0: adopt every new version at once.
+  double min_adopt_interval_seconds = 0.0;
 };
 
 struct FleetPlanStep {
   bool leader = false;     // this replica holds the lease now
   bool published = false;  // ... and wrote a new version
   bool adopted = false;    // a follower committed the fleet's plan
+  bool refused = false;    // ... refused it (above max_graphs)
+  bool deferred = false;   // ... put it off (min_adopt_interval_seconds)
   uint64_t version = 0;    // the plan's version after the step (0: none)
 };
 

@@ -11,7 +11,9 @@
 // be down between two virtual times (every call fails as a dead server's
 // would: the replicas plan from their local statistics meanwhile).
 // Compiles are counted as in Replay: each time a replica first runs a gear
-// combination it has no graph for. No memory probe (no memory pressure).
+// combination it has no graph for; with share_artifacts also when its update
+// path builds a graph for a new gear set, and loads from the store apart. No memory probe (no
+// memory pressure).
 #ifndef GEARBOX_FLEET_REPLAY_H_
 #define GEARBOX_FLEET_REPLAY_H_
 
@@ -25,6 +27,7 @@
 #include "gearbox/config.h"
 #include "gearbox/export.h"
 #include "gearbox/fleet.h"
+#include "gearbox/fleet_artifacts.h"
 #include "gearbox/fleet_stats.h"
 #include "gearbox/replay.h"
 #include "gearbox/trace.h"
@@ -49,8 +52,23 @@ struct FleetReplayOptions : ReplayRunOptions {
   // one update later) and adopt a new version; a joining replica adopts the
   // current plan before its first request.
   bool fleet_plan = false;
+  // Shared artifacts (gearbox/fleet_artifacts.h): whenever a replica's gear
+  // set changes (its update, an adopted plan, its start) its update path
+  // obtains a graph for every gear combination it has none for: loaded from
+  // the store when another replica put that artifact (artifact_loads), else
+  // compiled under the compile lease and put (compiles). Works with or
+  // without share_stats; with the store down a replica compiles itself.
+  bool share_artifacts = false;
+  // Bytes of one simulated artifact (1..64 MiB; chunked above 256 KiB).
+  int64_t artifact_bytes = 64 * 1024;
   ReplicaSplit split = ReplicaSplit::kRoundRobin;
   std::string split_column;  // kHashColumn: a dimension (trace column) name
+  // Simulates only this replica (0-based, < replicas): rows are routed as
+  // for the whole fleet and the others' rows skipped; the other replicas run
+  // in other processes against the same store (a fleet of processes:
+  // store_url and fingerprint.model_id required; not with fleet_plan yet).
+  // Its compile leases are then waited on in real time (up to 5 s).
+  std::optional<int> only_replica;
   // The last replica joins at this trace time (seconds, the trace's clock).
   std::optional<double> join_at;
   // The store fails every call for trace times in [first, second).
@@ -76,15 +94,22 @@ struct ReplicaReplayResult {
   double padded_volume = 0.0;
   double raw_volume = 0.0;
   double padding_waste = 0.0;
-  uint64_t compiles = 0;
+  uint64_t compiles = 0;        // graphs built here (on a request's miss or by the update path)
+  uint64_t artifact_loads = 0;  // graphs loaded from the fleet's artifacts instead
+  // Of compiles and artifact_loads: the graphs its update path had ready at
+  // its start, before its first request (share_artifacts: its initial gear
+  // set; with fleet_plan, a joiner's adopted plan).
+  uint64_t prewarm_compiles = 0;
+  uint64_t prewarm_loads = 0;
   uint64_t updates = 0;
   uint64_t updates_changed = 0;
   uint64_t peak_graphs = 0;
   uint64_t final_graphs = 0;
   std::vector<std::vector<int64_t>> final_gears;
-  FleetStatsCounters fleet;        // zero without share_stats
-  uint64_t plan_adoptions = 0;     // fleet plan versions this replica committed
-  uint64_t plan_publications = 0;  // ... it published (the leader)
+  FleetStatsCounters fleet;         // zero without share_stats
+  uint64_t plan_adoptions = 0;      // fleet plan versions this replica committed
+  uint64_t plan_publications = 0;   // ... it published (the leader)
+  FleetArtifactCounters artifacts;  // zero without share_artifacts
   std::vector<WasteBucket> waste_timeline;
 };
 
@@ -94,12 +119,14 @@ struct FleetReplayResult {
   std::string store;  // "in-process" or "redis://HOST:PORT" (no credentials)
   bool share_stats = true;
   bool fleet_plan = false;
+  bool share_artifacts = false;
   std::vector<ReplicaReplayResult> replicas;
   // The fleet: every replica's volumes and counts together.
   uint64_t requests = 0;
   uint64_t rejected_requests = 0;
   double padding_waste = 0.0;
   uint64_t compiles = 0;
+  uint64_t artifact_loads = 0;
   uint64_t peak_graphs = 0;   // sum over replicas of each one's peak
   uint64_t final_graphs = 0;  // sum over replicas
   FleetStoreCounters store_counters;

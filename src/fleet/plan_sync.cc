@@ -115,7 +115,8 @@ class FleetPlanSync::Impl {
   const std::vector<std::string> dimensions;
   const FleetPlanOptions options;
   Mutex mu;
-  uint64_t adopted ABSL_GUARDED_BY(mu) = 0;  // the last version adopted or published
+  uint64_t adopted ABSL_GUARDED_BY(mu) = 0;        // the last version adopted or published
+  double adopted_at ABSL_GUARDED_BY(mu) = -1e300;  // when the follower last committed a plan
 
   static std::vector<std::vector<int64_t>> GearsOf(const AdaptiveGearRuntime& runtime) {
     SnapshotRef s = runtime.GetSnapshot();
@@ -161,14 +162,35 @@ class FleetPlanSync::Impl {
       return step;
     }
     if (!current.has_value() || stored->version <= adopted) return step;
+    if (current->gears == mine) {
+      adopted = stored->version;
+      return step;
+    }
+    if (options.max_graphs > 0) {
+      // Saturating product: 64 dimensions of 64 gears overflow int64.
+      int64_t graphs = 1;
+      for (const auto& g : current->gears) {
+        const int64_t k = static_cast<int64_t>(g.size());
+        graphs = graphs > options.max_graphs / k ? options.max_graphs + 1 : graphs * k;
+      }
+      if (graphs > options.max_graphs) {
+        adopted = stored->version;  // refused once per version
+        step.refused = true;
+        return step;
+      }
+    }
+    if (now - adopted_at < options.min_adopt_interval_seconds) {
+      step.deferred = true;  // not marked adopted: a later Step takes it (or a newer one)
+      return step;
+    }
     adopted = stored->version;
-    if (current->gears == mine) return step;
     absl::StatusOr<UpdateRecord> r = runtime->CommitUpdate(current->gears, now);
     if (!r.ok()) {
       return internal::WithContext(r.status(),
                                    Cat("fleet plan version ", stored->version, " not adopted"));
     }
     step.adopted = true;
+    adopted_at = now;
     return step;
   }
 };
@@ -195,6 +217,16 @@ absl::StatusOr<std::unique_ptr<FleetPlanSync>> FleetPlanSync::Create(
   if (options.plan_ttl_ms < 0 || options.plan_ttl_ms > int64_t{365} * 86400000) {
     return internal::InvalidFieldValue("fleet.plan_ttl_ms", options.plan_ttl_ms,
                                        "milliseconds in [0, one year] (0: no expiry)");
+  }
+  if (options.max_graphs < 0 || options.max_graphs > (int64_t{1} << 40)) {
+    return internal::InvalidFieldValue("fleet.max_graphs", options.max_graphs,
+                                       "an integer in [0, 2^40] (0: no local limit)");
+  }
+  if (!(options.min_adopt_interval_seconds >= 0) ||
+      !(options.min_adopt_interval_seconds <= 86400)) {
+    return internal::InvalidFieldValue("fleet.min_adopt_interval_seconds",
+                                       options.min_adopt_interval_seconds,
+                                       "seconds in [0, 86400] (0: adopt at once)");
   }
   if (dimensions.empty() || dimensions.size() > 64) {
     return internal::InvalidField("dimensions", Cat(dimensions.size(), " names"), "1..64");

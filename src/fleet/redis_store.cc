@@ -495,4 +495,73 @@ absl::Status RedisFleetStore::ReleaseLease(std::string_view key, std::string_vie
   return r.status();
 }
 
+absl::Status RedisFleetStore::PutStrings(
+    std::span<const std::pair<std::string, std::string>> entries, int64_t ttl_ms) {
+  if (auto s = CheckTtl(ttl_ms, false); !s.ok()) return s;
+  const std::string ttl = Cat(ttl_ms);
+  MutexLock lock(&impl_->mu);
+  if (auto s = impl_->Ready(); !s.ok()) return s;
+  ++impl_->counters.calls;
+  // A pipeline: Redis runs one connection's commands in order, so a reader
+  // that sees the last key written also sees the earlier ones.
+  for (const auto& [k, v] : entries) {
+    const char* argv[5] = {"SET", k.data(), v.data(), "PX", ttl.c_str()};
+    const size_t lens[5] = {3, k.size(), v.size(), 2, ttl.size()};
+    impl_->counters.bytes_sent += 5 + k.size() + v.size() + ttl.size();
+    if (redisAppendCommandArgv(impl_->context, 5, argv, lens) != REDIS_OK) {
+      return impl_->Fail(Cat("pipeline append failed: ", impl_->context->errstr));
+    }
+  }
+  absl::Status first_error = absl::OkStatus();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(impl_->context, &raw) != REDIS_OK || raw == nullptr) {
+      return impl_->Fail(Cat("reading a reply failed: ", impl_->context->errstr));
+    }
+    Reply reply(static_cast<redisReply*>(raw));
+    impl_->counters.bytes_received += Impl::ReplyBytes(reply.get());
+    if (reply->type != REDIS_REPLY_STATUS && first_error.ok()) {
+      first_error = internal::WithContext(impl_->ErrorReply(reply.get(), "SET"),
+                                          Cat("key \"", entries[i].first, "\""));
+    }
+  }
+  return first_error;
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> RedisFleetStore::GetStrings(
+    std::span<const std::string> keys) {
+  std::vector<std::string_view> args = {"MGET"};
+  for (const std::string& k : keys) args.push_back(k);
+  MutexLock lock(&impl_->mu);
+  if (keys.empty()) return std::vector<std::optional<std::string>>{};
+  if (auto s = impl_->Ready(); !s.ok()) return s;
+  absl::StatusOr<Reply> r = impl_->RoundTrip(args);
+  if (!r.ok()) return r.status();
+  const redisReply* a = r->get();
+  if (a->type != REDIS_REPLY_ARRAY || a->elements != keys.size()) {
+    return impl_->ErrorReply(a, "MGET");
+  }
+  std::vector<std::optional<std::string>> out;
+  out.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const redisReply* e = a->element[i];
+    if (e->type == REDIS_REPLY_NIL) {
+      out.emplace_back();
+      continue;
+    }
+    if (e->type != REDIS_REPLY_STRING) {
+      ++impl_->counters.rejected_values;
+      return absl::DataLossError(Cat("fleet value at \"", keys[i], "\": a non-string reply"));
+    }
+    if (e->len > impl_->options.limits.max_value_bytes) {
+      ++impl_->counters.rejected_values;
+      return absl::DataLossError(Cat("fleet value at \"", keys[i], "\": ", e->len,
+                                     " bytes is not allowed; at most ",
+                                     impl_->options.limits.max_value_bytes));
+    }
+    out.emplace_back(std::string(e->str, e->len));
+  }
+  return out;
+}
+
 }  // namespace gearbox

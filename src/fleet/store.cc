@@ -331,6 +331,48 @@ absl::Status InProcessFleetStore::ReleaseLease(std::string_view key, std::string
   return absl::OkStatus();
 }
 
+absl::Status InProcessFleetStore::PutStrings(
+    std::span<const std::pair<std::string, std::string>> entries, int64_t ttl_ms) {
+  if (auto s = CheckTtl(ttl_ms, false); !s.ok()) return s;
+  size_t bytes = 0;
+  for (const auto& [k, v] : entries) bytes += k.size() + v.size();
+  MutexLock lock(&impl_->mu);
+  if (auto s = impl_->Begin(bytes); !s.ok()) return s;
+  for (const auto& [k, v] : entries) {
+    Impl::Entry e;
+    e.str = v;
+    e.expires_at = impl_->ExpiryOf(ttl_ms);
+    impl_->data.insert_or_assign(k, std::move(e));  // SET replaces a value of any type
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> InProcessFleetStore::GetStrings(
+    std::span<const std::string> keys) {
+  size_t bytes = 0;
+  for (const std::string& k : keys) bytes += k.size();
+  MutexLock lock(&impl_->mu);
+  if (auto s = impl_->Begin(bytes); !s.ok()) return s;
+  std::vector<std::optional<std::string>> out;
+  out.reserve(keys.size());
+  for (const std::string& k : keys) {
+    Impl::Entry* entry = impl_->Find(k);
+    if (entry == nullptr || entry->is_hash) {  // MGET: nil for another type
+      out.emplace_back();
+      continue;
+    }
+    impl_->counters.bytes_received += entry->str.size();
+    if (entry->str.size() > impl_->limits.max_value_bytes) {
+      ++impl_->counters.rejected_values;
+      return absl::DataLossError(Cat("fleet value at \"", k, "\": ", entry->str.size(),
+                                     " bytes is not allowed; at most ",
+                                     impl_->limits.max_value_bytes));
+    }
+    out.emplace_back(entry->str);
+  }
+  return out;
+}
+
 FleetStoreCounters InProcessFleetStore::counters() const {
   MutexLock lock(&impl_->mu);
   return impl_->counters;
@@ -357,6 +399,13 @@ void InProcessFleetStore::PutRawVersioned(std::string_view key, std::string_view
   e.is_hash = true;
   e.hash["v"] = std::string(version);
   e.hash["d"] = std::string(payload);
+}
+
+void InProcessFleetStore::PutRawString(std::string_view key, std::string_view value) {
+  MutexLock lock(&impl_->mu);
+  Impl::Entry& e = impl_->data[std::string(key)];
+  e = Impl::Entry{};
+  e.str = std::string(value);
 }
 
 size_t InProcessFleetStore::live_keys() const {
@@ -409,6 +458,16 @@ absl::StatusOr<bool> OutageFleetStore::AcquireLease(std::string_view key, std::s
 absl::Status OutageFleetStore::ReleaseLease(std::string_view key, std::string_view owner) {
   GEARBOX_OUTAGE_GUARD();
   return inner_->ReleaseLease(key, owner);
+}
+absl::Status OutageFleetStore::PutStrings(
+    std::span<const std::pair<std::string, std::string>> entries, int64_t ttl_ms) {
+  GEARBOX_OUTAGE_GUARD();
+  return inner_->PutStrings(entries, ttl_ms);
+}
+absl::StatusOr<std::vector<std::optional<std::string>>> OutageFleetStore::GetStrings(
+    std::span<const std::string> keys) {
+  GEARBOX_OUTAGE_GUARD();
+  return inner_->GetStrings(keys);
 }
 #undef GEARBOX_OUTAGE_GUARD
 

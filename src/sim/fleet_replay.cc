@@ -58,12 +58,38 @@ struct Replica {
   ManualClock clock{0.0};
   std::unique_ptr<FleetStatsSync> sync;
   std::unique_ptr<FleetPlanSync> plan;
+  std::unique_ptr<FleetArtifactStore> artifacts;
+  std::vector<std::vector<int64_t>> synced_gears;  // the gear set last given graphs
   std::unique_ptr<AdaptiveGearRuntime> runtime;
   std::unique_ptr<internal::ReplaySchedule> schedule;
   ReplicaReplayResult result;
   std::vector<double> update_times;
   bool active = false;
 };
+
+constexpr int64_t kMaxArtifactBytes = int64_t{64} << 20;
+// Gear combinations the update path builds graphs for at most per change
+// (beyond, the rest compile on their first request as without sharing).
+constexpr size_t kMaxSyncedCombos = 4096;
+
+std::string GearKey(const Combo& c) {
+  std::string key;
+  for (int d = 0; d < c.n; ++d) key += Cat(d == 0 ? "" : "x", c.gear[d]);
+  return key;
+}
+
+// A simulated artifact: deterministic bytes for a gear combination (the same
+// combination gives the same digest on every replica).
+std::string SimulatedArtifact(const Combo& c, int64_t bytes) {
+  std::string out = Cat("gearbox-simulated-graph ", GearKey(c), "\n");
+  uint64_t z = ComboHash{}(c);
+  while (static_cast<int64_t>(out.size()) < bytes) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    out.push_back(static_cast<char>(z >> 56));
+  }
+  out.resize(static_cast<size_t>(bytes));
+  return out;
+}
 
 uint64_t HashValue(int64_t v) {
   uint64_t z = static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ull;
@@ -155,6 +181,30 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
                                        "seconds > 0 (and at most 1e6 buckets over the trace)");
   }
 
+  if (options.only_replica.has_value()) {
+    if (*options.only_replica < 0 || *options.only_replica >= options.replicas) {
+      return internal::InvalidFieldValue(
+          "--replica-index", *options.only_replica,
+          Cat("an integer in [0, --replicas = ", options.replicas, ")"));
+    }
+    if (options.store_url.empty()) {
+      return internal::InvalidField("--replica-index", Cat(*options.only_replica),
+                                    "only with --store redis://HOST:PORT (the processes of a "
+                                    "fleet share one store)");
+    }
+    if (options.fingerprint.model_id.empty()) {
+      return internal::InvalidField("--replica-index", Cat(*options.only_replica),
+                                    "only with --fleet-id ID (the same in every process)");
+    }
+    if (options.fleet_plan) {
+      return internal::InvalidField("--replica-index", Cat(*options.only_replica),
+                                    "not with --fleet-plan (not supported across processes yet)");
+    }
+  }
+  if (options.artifact_bytes < 1 || options.artifact_bytes > kMaxArtifactBytes) {
+    return internal::InvalidFieldValue("--artifact-bytes", options.artifact_bytes,
+                                       Cat("bytes in [1, ", kMaxArtifactBytes, "]"));
+  }
   // The store, on a clock the replay moves to each row's time.
   ManualClock store_clock(t0);
   std::unique_ptr<FleetStore> inner;
@@ -180,7 +230,9 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         Cat("replay-", getpid(), "-", std::chrono::steady_clock::now().time_since_epoch().count());
   }
   if (fingerprint.backend.empty()) fingerprint.backend = "simulated";
-  if (auto s = ValidateFleetFingerprint(fingerprint); !s.ok()) return s;
+  if (auto s = ValidateFleetFingerprint(fingerprint); !s.ok()) {
+    return internal::WithContext(s, "--fleet-id");  // the only field a user sets here
+  }
 
   std::vector<std::string> names;
   for (const auto& d : config.dims) names.push_back(d.name);
@@ -193,6 +245,46 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   const auto Adopt = [](Replica& r, double at) {
     absl::StatusOr<FleetPlanStep> step = r.plan->Step(r.runtime.get(), at);
     if (step.ok() && step->adopted) ++r.result.plan_adoptions;
+  };
+  // The update path's artifact step: graphs for every combination of a new
+  // gear set (loaded when the fleet has them, else compiled and put). Runs
+  // between rows, as the replica's worker would after an update.
+  Combo sync_combo;
+  sync_combo.n = n;
+  const auto SyncArtifacts = [&](Replica& r) {
+    if (r.artifacts == nullptr) return;
+    SnapshotRef snap = r.runtime->GetSnapshot();
+    std::vector<std::vector<int64_t>> gears;
+    size_t combos = 1;
+    for (int d = 0; d < n; ++d) {
+      gears.emplace_back(snap->gears(d).begin(), snap->gears(d).end());
+      combos *= gears.back().size();
+    }
+    if (gears == r.synced_gears) return;
+    r.synced_gears = gears;
+    if (combos > kMaxSyncedCombos) return;
+    std::vector<size_t> at(static_cast<size_t>(n), 0);
+    for (size_t k = 0; k < combos; ++k) {
+      for (int d = 0; d < n; ++d) sync_combo.gear[d] = gears[d][at[d]];
+      for (int d = n - 1; d >= 0; --d) {  // the next combination (odometer)
+        if (++at[d] < gears[d].size()) break;
+        at[d] = 0;
+      }
+      if (r.alive.count(sync_combo)) continue;
+      const Combo c = sync_combo;
+      auto got = r.artifacts->Obtain(GearKey(c), "simulated", [&c, &options] {
+        return absl::StatusOr<std::string>(SimulatedArtifact(c, options.artifact_bytes));
+      });
+      if (!got.ok()) continue;  // a build never fails here; the request path would compile
+      r.pool.Register(std::make_shared<ReplicaGraph>(&r.alive, c));
+      r.runtime->AttachCleanupKeys({c.gear, static_cast<size_t>(n)}, r.pool.ConsumeRecentKeys());
+      if (got->source == ArtifactSource::kLoaded) {
+        ++r.result.artifact_loads;
+      } else {
+        ++r.result.compiles;
+      }
+      r.result.peak_graphs = std::max<uint64_t>(r.result.peak_graphs, r.alive.size());
+    }
   };
   auto start = [&](Replica& r, int index, double at) -> absl::Status {
     r.clock.Set(at);
@@ -208,6 +300,24 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       if (!sync.ok()) return sync.status();
       r.sync = *std::move(sync);
       ro.merge_window_stats = r.sync->Hook();
+    }
+    if (options.share_artifacts) {
+      FleetArtifactOptions ao;
+      ao.replica_id = Cat("replica-", index);
+      // Replicas run one at a time here: a lease held elsewhere means its
+      // holder failed mid-build, so build at once rather than wait.
+      ao.wait_ms = 0;
+      ao.clock = &store_clock;
+      if (options.only_replica.has_value()) {
+        // Processes of one fleet run at once: wait for a holder in real time.
+        ao.wait_ms = 5000;
+        ao.poll_ms = 10;
+        ao.clock = SystemClock::Default();
+      }
+      auto artifacts =
+          FleetArtifactStore::Create(&store, fingerprint, ao, [](LogLevel, std::string_view) {});
+      if (!artifacts.ok()) return artifacts.status();
+      r.artifacts = *std::move(artifacts);
     }
     const bool leads = index == 0;
     if (options.fleet_plan) {
@@ -242,12 +352,23 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         std::make_unique<internal::ReplaySchedule>(options, at, t_end, r.runtime.get(), &r.clock);
     r.active = true;
     if (r.plan != nullptr && !leads) Adopt(r, at);  // the fleet's plan before the first request
+    SyncArtifacts(r);  // and its graphs (prewarmed from the fleet's artifacts)
+    r.result.prewarm_compiles = r.result.compiles;
+    r.result.prewarm_loads = r.result.artifact_loads;
     return absl::OkStatus();
   };
+  // With only_replica the others are placeholders: routed to, never run.
+  const auto simulated = [&options](int i) {
+    return !options.only_replica.has_value() || *options.only_replica == i;
+  };
+  bool last_joined = false;
   for (int i = 0; i < options.replicas; ++i) {
     replicas.push_back(std::make_unique<Replica>());
+    replicas.back()->result.replica = i;
     const bool joins_later = options.join_at.has_value() && i == options.replicas - 1;
     if (!joins_later) {
+      if (i == options.replicas - 1) last_joined = true;
+      if (!simulated(i)) continue;
       if (auto s = start(*replicas.back(), i, t0); !s.ok()) return s;
     }
   }
@@ -263,12 +384,16 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     store_clock.Set(t);
     if (options.progress && i % progress_step == 0) options.progress(i, rows);
     Replica& last = *replicas.back();
-    if (!last.active && options.join_at.has_value() && t >= *options.join_at) {
-      if (auto s = start(last, options.replicas - 1, t); !s.ok()) return s;
+    if (!last_joined && options.join_at.has_value() && t >= *options.join_at) {
+      last_joined = true;
+      if (simulated(options.replicas - 1)) {
+        if (auto s = start(last, options.replicas - 1, t); !s.ok()) return s;
+      }
     }
     for (auto& r : replicas) {
       if (!r->active) continue;
       if (auto s = r->schedule->RunThrough(t); !s.ok()) return s;
+      SyncArtifacts(*r);
     }
     if (leader_updated) {
       leader_updated = false;
@@ -278,12 +403,14 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         f.clock.Set(t);
         if (auto s = f.runtime->RunOnce(t); !s.ok()) return s.status();
         Adopt(f, t);
+        SyncArtifacts(f);
       }
     }
-    const int active = last.active ? options.replicas : options.replicas - 1;
+    const int active = last_joined ? options.replicas : options.replicas - 1;
     const int64_t* row = trace.row(i);
     const uint64_t pick = split_column >= 0 ? HashValue(row[split_column]) : round_robin++;
     Replica& r = *replicas[static_cast<size_t>(pick % static_cast<uint64_t>(active))];
+    if (!r.active) continue;  // another process's row
     ReplicaReplayResult& res = r.result;
     ++res.requests;
     SnapshotRef snap = r.runtime->GetSnapshot();
@@ -337,8 +464,10 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   out.store = store.Describe();
   out.share_stats = options.share_stats;
   out.fleet_plan = options.fleet_plan;
+  out.share_artifacts = options.share_artifacts;
   double padded = 0, raw = 0;
   for (auto& r : replicas) {
+    if (!simulated(r->result.replica)) continue;
     ReplicaReplayResult& res = r->result;
     if (r->active) {
       SnapshotRef s = r->runtime->GetSnapshot();
@@ -347,10 +476,12 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       res.final_graphs = r->alive.size();
     }
     if (r->sync) res.fleet = r->sync->counters();
+    if (r->artifacts) res.artifacts = r->artifacts->counters();
     res.padding_waste = res.raw_volume > 0 ? res.padded_volume / res.raw_volume - 1.0 : 0.0;
     out.requests += res.requests;
     out.rejected_requests += res.rejected_requests;
     out.compiles += res.compiles;
+    out.artifact_loads += res.artifact_loads;
     out.peak_graphs += res.peak_graphs;
     out.final_graphs += res.final_graphs;
     padded += res.padded_volume;
@@ -359,7 +490,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   }
   out.padding_waste = raw > 0 ? padded / raw - 1.0 : 0.0;
   out.store_counters = store.counters();
-  if (options.join_at.has_value() && replicas.back()->active) {
+  if (options.join_at.has_value() && replicas.back()->active && !options.only_replica.has_value()) {
     const ReplicaReplayResult& joiner = out.replicas.back();
     const size_t first = static_cast<size_t>((joiner.joined_at - t0) / options.bucket_seconds);
     for (size_t b = first; b < joiner.waste_timeline.size(); ++b) {
@@ -395,12 +526,14 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
   j["store"] = r.store;
   j["share_stats"] = r.share_stats;
   j["fleet_plan"] = r.fleet_plan;
+  j["share_artifacts"] = r.share_artifacts;
   j["replicas"] = r.replicas.size();
   nlohmann::ordered_json fleet;
   fleet["requests"] = r.requests;
   fleet["rejected_requests"] = r.rejected_requests;
   fleet["padding_waste"] = r.padding_waste;
   fleet["compiles"] = r.compiles;
+  fleet["artifact_loads"] = r.artifact_loads;
   fleet["peak_graphs"] = r.peak_graphs;
   fleet["final_graphs"] = r.final_graphs;
   j["fleet"] = fleet;
@@ -431,6 +564,9 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["rejected_requests"] = x.rejected_requests;
     e["padding_waste"] = x.padding_waste;
     e["compiles"] = x.compiles;
+    e["artifact_loads"] = x.artifact_loads;
+    e["prewarm_compiles"] = x.prewarm_compiles;
+    e["prewarm_loads"] = x.prewarm_loads;
     e["updates"] = x.updates;
     e["updates_changed"] = x.updates_changed;
     e["peak_graphs"] = x.peak_graphs;
@@ -447,6 +583,10 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["fleet_read_failures"] = x.fleet.read_failures;
     e["plan_publications"] = x.plan_publications;
     e["plan_adoptions"] = x.plan_adoptions;
+    e["artifact_puts"] = x.artifacts.puts;
+    e["artifact_corrupt"] = x.artifacts.corrupt;
+    e["artifact_lease_waits"] = x.artifacts.lease_waits;
+    e["artifact_store_failures"] = x.artifacts.store_failures;
     list.push_back(e);
   }
   j["per_replica"] = list;
