@@ -13,6 +13,7 @@
 #include "gearbox/fleet.h"
 #include "src/common/errors.h"
 #include "src/common/mutex.h"
+#include "src/fleet/ttl.h"
 
 namespace gearbox {
 
@@ -89,15 +90,6 @@ std::string Redacted(std::string_view url) {
   const size_t from = scheme == std::string_view::npos ? 0 : scheme + 3;
   if (at < from) return std::string(url);
   return Cat(url.substr(0, from), "<redacted>", url.substr(at));
-}
-
-absl::Status CheckTtl(int64_t ttl_ms, bool zero_ok) {
-  if (ttl_ms < (zero_ok ? 0 : 1) || ttl_ms > int64_t{365} * 24 * 3600 * 1000) {
-    return internal::InvalidFieldValue(
-        "ttl_ms", ttl_ms,
-        zero_ok ? "milliseconds in [0, one year] (0: no expiry)" : "milliseconds in [1, one year]");
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -357,7 +349,7 @@ FleetStoreCounters RedisFleetStore::counters() const {
 absl::StatusOr<bool> RedisFleetStore::IncrementOnce(std::string_view key,
                                                     std::span<const FieldIncrement> increments,
                                                     std::string_view once_key, int64_t ttl_ms) {
-  if (auto s = CheckTtl(ttl_ms, false); !s.ok()) return s;
+  if (auto s = internal::CheckTtl(ttl_ms, false); !s.ok()) return s;
   const std::string ttl = Cat(ttl_ms);
   std::vector<std::string> deltas;
   deltas.reserve(increments.size());
@@ -468,7 +460,7 @@ absl::StatusOr<VersionedValue> RedisFleetStore::GetVersioned(std::string_view ke
 
 absl::StatusOr<bool> RedisFleetStore::CompareAndSet(std::string_view key, uint64_t expected_version,
                                                     std::string_view payload, int64_t ttl_ms) {
-  if (auto s = CheckTtl(ttl_ms, true); !s.ok()) return s;
+  if (auto s = internal::CheckTtl(ttl_ms, true); !s.ok()) return s;
   const std::string expected = Cat(expected_version);
   const std::string next = Cat(expected_version + 1);
   const std::string ttl = Cat(ttl_ms);
@@ -481,7 +473,7 @@ absl::StatusOr<bool> RedisFleetStore::CompareAndSet(std::string_view key, uint64
 
 absl::StatusOr<bool> RedisFleetStore::AcquireLease(std::string_view key, std::string_view owner,
                                                    int64_t ttl_ms) {
-  if (auto s = CheckTtl(ttl_ms, false); !s.ok()) return s;
+  if (auto s = internal::CheckTtl(ttl_ms, false); !s.ok()) return s;
   const std::string ttl = Cat(ttl_ms);
   MutexLock lock(&impl_->mu);
   absl::StatusOr<int64_t> r = impl_->EvalInteger(kLeaseScript, "lease", {key}, {owner, ttl});
@@ -497,7 +489,7 @@ absl::Status RedisFleetStore::ReleaseLease(std::string_view key, std::string_vie
 
 absl::Status RedisFleetStore::PutStrings(
     std::span<const std::pair<std::string, std::string>> entries, int64_t ttl_ms) {
-  if (auto s = CheckTtl(ttl_ms, false); !s.ok()) return s;
+  if (auto s = internal::CheckTtl(ttl_ms, false); !s.ok()) return s;
   const std::string ttl = Cat(ttl_ms);
   MutexLock lock(&impl_->mu);
   if (auto s = impl_->Ready(); !s.ok()) return s;

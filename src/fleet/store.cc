@@ -7,6 +7,7 @@
 #include "gearbox/fleet.h"
 #include "src/common/errors.h"
 #include "src/common/mutex.h"
+#include "src/fleet/ttl.h"
 
 namespace gearbox {
 
@@ -172,16 +173,7 @@ class InProcessFleetStore::Impl {
   }
 };
 
-namespace {
-absl::Status CheckTtl(int64_t ttl_ms, bool zero_ok) {
-  if (ttl_ms < (zero_ok ? 0 : 1) || ttl_ms > int64_t{365} * 24 * 3600 * 1000) {
-    return internal::InvalidFieldValue(
-        "ttl_ms", ttl_ms,
-        zero_ok ? "milliseconds in [0, one year] (0: no expiry)" : "milliseconds in [1, one year]");
-  }
-  return absl::OkStatus();
-}
-}  // namespace
+namespace {}  // namespace
 
 InProcessFleetStore::InProcessFleetStore(Clock* clock, FleetValueLimits limits)
     : impl_(std::make_unique<Impl>(clock, limits)) {}
@@ -190,7 +182,7 @@ InProcessFleetStore::~InProcessFleetStore() = default;
 absl::StatusOr<bool> InProcessFleetStore::IncrementOnce(std::string_view key,
                                                         std::span<const FieldIncrement> increments,
                                                         std::string_view once_key, int64_t ttl_ms) {
-  if (auto s = CheckTtl(ttl_ms, false); !s.ok()) return s;
+  if (auto s = internal::CheckTtl(ttl_ms, false); !s.ok()) return s;
   size_t bytes = key.size() + once_key.size();
   for (const FieldIncrement& inc : increments) bytes += inc.field.size() + 24;
   MutexLock lock(&impl_->mu);
@@ -281,7 +273,7 @@ absl::StatusOr<VersionedValue> InProcessFleetStore::GetVersioned(std::string_vie
 absl::StatusOr<bool> InProcessFleetStore::CompareAndSet(std::string_view key,
                                                         uint64_t expected_version,
                                                         std::string_view payload, int64_t ttl_ms) {
-  if (auto s = CheckTtl(ttl_ms, true); !s.ok()) return s;
+  if (auto s = internal::CheckTtl(ttl_ms, true); !s.ok()) return s;
   MutexLock lock(&impl_->mu);
   if (auto s = impl_->Begin(key.size() + payload.size()); !s.ok()) return s;
   Impl::Entry* entry = impl_->Find(key);
@@ -304,7 +296,7 @@ absl::StatusOr<bool> InProcessFleetStore::CompareAndSet(std::string_view key,
 
 absl::StatusOr<bool> InProcessFleetStore::AcquireLease(std::string_view key, std::string_view owner,
                                                        int64_t ttl_ms) {
-  if (auto s = CheckTtl(ttl_ms, false); !s.ok()) return s;
+  if (auto s = internal::CheckTtl(ttl_ms, false); !s.ok()) return s;
   MutexLock lock(&impl_->mu);
   if (auto s = impl_->Begin(key.size() + owner.size()); !s.ok()) return s;
   Impl::Entry* entry = impl_->Find(key);
@@ -333,7 +325,7 @@ absl::Status InProcessFleetStore::ReleaseLease(std::string_view key, std::string
 
 absl::Status InProcessFleetStore::PutStrings(
     std::span<const std::pair<std::string, std::string>> entries, int64_t ttl_ms) {
-  if (auto s = CheckTtl(ttl_ms, false); !s.ok()) return s;
+  if (auto s = internal::CheckTtl(ttl_ms, false); !s.ok()) return s;
   size_t bytes = 0;
   for (const auto& [k, v] : entries) bytes += k.size() + v.size();
   MutexLock lock(&impl_->mu);

@@ -9,6 +9,7 @@
 #include "gearbox/runtime.h"
 #include "nlohmann/json.hpp"
 #include "src/common/errors.h"
+#include "src/sim/graph_combo.h"
 #include "src/sim/replay_schedule.h"
 
 namespace gearbox {
@@ -16,19 +17,8 @@ namespace {
 
 using internal::Cat;
 
-// A gear combination (one gear per dimension), the key of a compiled graph.
-struct Combo {
-  int n = 0;
-  int64_t gear[kMaxDimensions] = {};
-  bool operator==(const Combo& o) const { return n == o.n && std::equal(gear, gear + n, o.gear); }
-};
-struct ComboHash {
-  size_t operator()(const Combo& c) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < c.n; ++i) h = (h ^ static_cast<uint64_t>(c.gear[i])) * 1099511628211ull;
-    return static_cast<size_t>(h);
-  }
-};
+using internal::Combo;
+using internal::ComboHash;
 
 // Graphs alive in the simulated device. Single-threaded (the replay).
 struct CompiledGraphs {
