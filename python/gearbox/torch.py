@@ -528,8 +528,7 @@ def _prewarm_loop(ref: "weakref.ref[GearedModule]", shared: _Shared) -> None:
                 shared.cond.notify_all()
 
 
-def _shutdown(shared: _Shared, rt: Any, listener_id: Optional[int],
-              threads: List[threading.Thread]) -> None:
+def _shutdown(shared: _Shared, rt: Any, threads: List[threading.Thread]) -> None:
     with shared.cond:
         shared.closed = True
         shared.cond.notify_all()
@@ -647,8 +646,7 @@ class GearedModule(torch.nn.Module):
             lambda keys: (lambda gm: gm is not None and gm._on_release(keys))(me()))
         self._thread = None
         threads: List[threading.Thread] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self._shared, self.runtime,
-                                           self._listener_id, threads)
+        self._finalizer = weakref.finalize(self, _shutdown, self._shared, self.runtime, threads)
         if calibrated is not None:
             self._publish(calibrated[1])
         if self._prewarm_enabled:
