@@ -448,7 +448,6 @@ TEST(OneDnn, ArenaUnderConcurrentRequestsAndEvictionsMatchesPerGearWorkspaces) {
     xs[i].dl.data = xs[i].data.data();
     xs[i].dl.shape = xs[i].shape.data();
   }
-  std::atomic<bool> stop{false};
   std::atomic<int> good{0}, runs{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t) {
