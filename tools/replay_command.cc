@@ -133,6 +133,13 @@ absl::StatusOr<std::vector<ReplayRunOptions>> ParseRuns(const ReplayFlags& f) {
 }
 
 // Flags that only make sense together, and values CLI11's checks let through.
+// The trace file, its columns named as the config's dimensions.
+absl::StatusOr<Trace> LoadTraceOf(const std::string& path, const RuntimeConfig& config) {
+  std::vector<std::string> dims;
+  for (const auto& d : config.dims) dims.push_back(d.name);
+  return LoadTraceFile(path, dims);
+}
+
 absl::Status CheckFlagCombinations(const ReplayFlags& f) {
   if (f.execute.empty()) {
     if (f.size_scale != 1.0)
@@ -514,9 +521,7 @@ int RunFleetReplay(const ReplayFlags& f) {
   if (!runs.ok()) return Fail(runs.status());
   auto config = LoadConfigFile(f.config);
   if (!config.ok()) return Fail(config.status());
-  std::vector<std::string> dims;
-  for (const auto& d : config->dims) dims.push_back(d.name);
-  auto trace = LoadTraceFile(f.trace, dims);
+  auto trace = LoadTraceOf(f.trace, *config);
   if (!trace.ok()) return Fail(trace.status());
   Outputs outputs;
   if (auto s = outputs.Open(f); !s.ok()) return Fail(s);
@@ -593,9 +598,7 @@ int RunReplay(const ReplayFlags& f) {
   if (!runs.ok()) return Fail(runs.status());
   auto config = LoadConfigFile(f.config);
   if (!config.ok()) return Fail(config.status());
-  std::vector<std::string> dims;
-  for (const auto& d : config->dims) dims.push_back(d.name);
-  auto trace = LoadTraceFile(f.trace, dims);
+  auto trace = LoadTraceOf(f.trace, *config);
   if (!trace.ok()) return Fail(trace.status());
   if (auto s = CheckBeforeWork(f, *config, *trace, *runs); !s.ok()) return Fail(s);
   Outputs outputs;

@@ -348,7 +348,8 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     r.result.prewarm_loads = r.result.artifact_loads;
     return absl::OkStatus();
   };
-  // With only_replica the others are placeholders: routed to, never run.
+  // With only_replica the other replicas are not simulated in this process:
+  // their share of the trace is routed to them and skipped.
   const auto simulated = [&options](int i) {
     return !options.only_replica.has_value() || *options.only_replica == i;
   };
