@@ -297,6 +297,48 @@ TEST(ExecutedReplay, ThePoliciesAddNoGearWhosePredictedBytesWouldPassTheBudget) 
   }
 }
 
+// A gear the budget can never hold (the config's largest, 256: its arena
+// need alone passes the budget) under both policies: the executor refuses it
+// before every compile and runs its requests at their exact sizes; its
+// refusal is no memory pressure (no update runs under it), the policies
+// decline it in the record with its bytes and the budget, the budget holds
+// and no request is lost.
+TEST(ExecutedReplay, AGearTheBudgetCanNeverHoldIsDeclinedAndIsNoPressure) {
+  std::vector<std::pair<double, int64_t>> rows = {{0, 4}, {1, 16}, {2, 64}};
+  for (int i = 12; i <= 2400; ++i) rows.push_back({i / 4.0, i % 8 == 0 ? 200 : 50});
+  const Trace trace = SeqTrace(rows);
+  const RuntimeConfig config = SeqConfig({4, 16, 64, 256});
+  ExecutedReplayOptions o;
+  o.policy = UpdatePolicy::kStatic;
+  auto small =
+      ExecutedReplay(SeqConfig({4, 16, 64}), SeqTrace({{0, 4}, {1, 16}, {2, 64}}), TinyBlock, o);
+  ASSERT_TRUE(small.ok()) << small.status();
+  o.memory_budget_bytes = 2 * small->peak_gear_bytes;  // gear 64's arena twice; 256 needs ~16x
+  for (UpdatePolicy policy : {UpdatePolicy::kAdaptive, UpdatePolicy::kReplan}) {
+    SCOPED_TRACE(std::string(UpdatePolicyName(policy)));
+    o.policy = policy;
+    int declined = 0, high = 0;
+    o.on_update = [&](const UpdateRecord& r) {
+      high += r.memory.high ? 1 : 0;
+      for (const ChangeRecord& c : r.declined) {
+        if (c.gear != 256 || c.reason.find("can never hold") == std::string::npos) continue;
+        ++declined;
+        EXPECT_THAT(c.reason,
+                    HasSubstr("memory_budget_bytes = " + std::to_string(o.memory_budget_bytes)));
+      }
+    };
+    auto r = ExecutedReplay(config, trace, TinyBlock, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_GT(r->updates, 0u);
+    EXPECT_GT(declined, 0);
+    EXPECT_EQ(high, 0);
+    EXPECT_GT(r->predicted_over_budget_runs, 0u);  // gear 256, never compiled
+    EXPECT_LE(r->peak_gear_bytes, o.memory_budget_bytes);
+    EXPECT_EQ(r->failed_requests, 0u);
+    EXPECT_EQ(r->requests, trace.rows());
+  }
+}
+
 // The probe that matches the backend: the oneDNN block keeps its memory on
 // the host, so MakeMemoryProbeFor gives a HostMemoryProbe; the executed
 // replay reads it when no budget is set (here over a fake /proc/meminfo

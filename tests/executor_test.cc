@@ -50,6 +50,9 @@ struct Shared {
   std::atomic<int64_t> fail_gear{-1};  // compile fails for this SEQLEN gear
   // How: 0 out of memory (ResourceExhausted), 1 another error, 2 throws std::bad_alloc.
   std::atomic<int> fail_kind{0};
+  // Runs of this SEQLEN gear fail for memory (ResourceExhausted), as a run
+  // whose workspace arena cannot grow does; compiles of it succeed.
+  std::atomic<int64_t> fail_run_gear{-1};
   // bytes() of an executable: this many per gear element (B x S), or 100 when 0.
   std::atomic<int64_t> bytes_per_token{0};
   std::atomic<bool> throw_on_compile{false};
@@ -77,6 +80,10 @@ class AffineExecutable final : public Executable {
     if (in[0].shape[0] != shape.gear[0] || in[0].shape[1] != shape.gear[1]) {
       running_.fetch_sub(1);
       return absl::InternalError("executable got tensors that are not at its gear");
+    }
+    if (gears_[1] == s_->fail_run_gear.load()) {
+      running_.fetch_sub(1);
+      return absl::ResourceExhaustedError("no memory for the workspace arena's growth");
     }
     const int64_t n = in[0].shape[0] * in[0].shape[1] * in[0].shape[2];
     const float* x = static_cast<const float*>(in[0].data);
@@ -313,7 +320,8 @@ TEST(Executor, AnOutOfMemoryCompileIsInTheNextUpdateRecordAndHeldBackForTheCoold
   EXPECT_EQ(r->memory.recent_out_of_memory.size(), 2u);
   EXPECT_THAT(UpdateRecordToJson(*r),
               HasSubstr("\"out_of_memory\":[{\"gears\":{\"BATCHSIZE\":2,\"SEQLEN\":8},"
-                        "\"bytes\":null,\"time\":5.0,\"count\":1}"));
+                        "\"stage\":\"compile\",\"bytes\":null,\"time\":5.0,\"count\":1}"));
+  EXPECT_EQ(r->out_of_memory[0].stage, OutOfMemoryStage::kCompile);
   // The next update: nothing new, no pressure, the gears still held back.
   EXPECT_NE(f.runtime->CheckTrigger(11), UpdateTrigger::kMemory);
   r = f.runtime->RunOnce(20);
@@ -333,11 +341,68 @@ TEST(Executor, AnOutOfMemoryCompileIsInTheNextUpdateRecordAndHeldBackForTheCoold
   EXPECT_EQ(f.executor->stats().failed_requests, 0u);
 }
 
+// Fault injection: a run of a cached gear that runs out of memory (its
+// workspace arena cannot grow) falls back as an out-of-memory compile does:
+// the variant runs at its exact sizes, uncached; the failure is in the next
+// update's record with the stage "run", under memory pressure, and held back
+// for the cooldown. No request is lost, the gear stays cached and runs again
+// once memory allows, and nothing outlives its run.
+TEST(Executor, AnOutOfMemoryRunFallsBackToTheExactSizesAndIsInTheNextUpdateRecord) {
+  Fixture f;
+  f.shared.fail_run_gear = 8;
+  f.clock.Set(5);
+  ASSERT_TRUE(f.RunAndCheck(2, 6).ok());  // gear (2,8): compiled, its run fails: runs at (2,6)
+  f.clock.Set(7);
+  ASSERT_TRUE(f.RunAndCheck(11, 7).ok());  // three chunks on (4,8): each falls back
+  ASSERT_TRUE(f.RunAndCheck(3, 3).ok());   // a smaller gear (4,4) runs as before
+  ExecutorStats s = f.executor->stats();
+  EXPECT_EQ(s.out_of_memory_fallbacks, 4u);  // 1 + 3 variants
+  EXPECT_EQ(s.compile_failures, 0u);
+  EXPECT_EQ(s.compiles, 7u);  // (2,8), (4,8), (4,4) cached; 4 fallbacks
+  EXPECT_EQ(s.failed_requests, 0u);
+  EXPECT_EQ(f.executor->cached_executables(), 3u);  // the gears stay cached
+  EXPECT_EQ(f.pool.size(), 3u);
+  EXPECT_EQ(f.pool.bytes(), 300);
+  EXPECT_EQ(f.shared.alive.load(), 3);  // no fallback outlives its run
+  // Already at its exact sizes there is nothing smaller: the request fails, reported.
+  const absl::Status exact = f.RunAndCheck(2, 8);
+  EXPECT_EQ(exact.code(), absl::StatusCode::kResourceExhausted) << exact;
+  EXPECT_EQ(f.executor->stats().failed_requests, 1u);
+  EXPECT_EQ(f.executor->stats().out_of_memory_fallbacks, 4u);
+  // Memory back: the cached gear runs again, nothing more falls back.
+  f.shared.fail_run_gear = -1;
+  ASSERT_TRUE(f.RunAndCheck(2, 6).ok());
+  s = f.executor->stats();
+  EXPECT_EQ(s.out_of_memory_fallbacks, 4u);
+  EXPECT_EQ(s.compiles, 7u);
+  EXPECT_EQ(f.shared.alive.load(), 3);
+
+  EXPECT_EQ(f.runtime->CheckTrigger(8), UpdateTrigger::kMemory);
+  absl::StatusOr<UpdateRecord> r = f.runtime->RunOnce(10);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->out_of_memory.size(), 2u);
+  EXPECT_THAT(r->out_of_memory[0].gears, ElementsAre(2, 8));
+  EXPECT_EQ(r->out_of_memory[0].stage, OutOfMemoryStage::kRun);
+  EXPECT_EQ(r->out_of_memory[0].count, 2u);  // the fallback's run and the exact one
+  EXPECT_EQ(r->out_of_memory[0].time, 7.0);
+  EXPECT_THAT(r->out_of_memory[1].gears, ElementsAre(4, 8));
+  EXPECT_EQ(r->out_of_memory[1].stage, OutOfMemoryStage::kRun);
+  EXPECT_EQ(r->out_of_memory[1].count, 3u);
+  EXPECT_TRUE(r->memory.high);
+  EXPECT_EQ(r->memory.recent_out_of_memory.size(), 2u);  // held back for the cooldown
+  EXPECT_THAT(UpdateRecordToJson(*r),
+              HasSubstr("\"out_of_memory\":[{\"gears\":{\"BATCHSIZE\":2,\"SEQLEN\":8},"
+                        "\"stage\":\"run\",\"bytes\":"));
+  // After the update (which may evict under the pressure): nothing leaked.
+  EXPECT_EQ(f.shared.alive.load(), static_cast<int>(f.executor->cached_executables()));
+  EXPECT_EQ(f.pool.bytes(), 100 * static_cast<int64_t>(f.pool.size()));
+}
+
 // With a budget, a gear whose predicted memory would pass it is refused
 // before its compile: never compiled, its variant runs at its exact sizes
 // (uncached), or at the gear when already exact; the pool stays within.
 TEST(Executor, AGearPredictedPastTheBudgetIsNotCompiled) {
-  Fixture f(GearScheme::kIndependent, {}, 4.0, {.graph_memory_budget_bytes = 250});
+  Fixture f(GearScheme::kIndependent, {}, 4.0, {.graph_memory_budget_bytes = 350});
   f.shared.bytes_per_token = 10;          // bytes = 10 x B x S: the model fits it exactly
   ASSERT_TRUE(f.RunAndCheck(1, 3).ok());  // gear (1,4): 40 bytes
   EXPECT_FALSE(f.executor->PredictGearBytes(std::vector<int64_t>{4, 8}).ok());  // 1 point
@@ -346,12 +411,12 @@ TEST(Executor, AGearPredictedPastTheBudgetIsNotCompiled) {
   EXPECT_EQ(*f.executor->PredictGearBytes(std::vector<int64_t>{4, 8}), 320);
   EXPECT_EQ(f.pool.bytes(), 200);
   EXPECT_EQ(f.shared.compiles.load(), 3);
-  // (4,8) would take the pool to 520 > 250: (4,7) is compiled for the run instead.
+  // (4,8) would take the pool to 520 > 350: (4,7) is compiled for the run instead.
   ASSERT_TRUE(f.RunAndCheck(4, 7).ok());
   EXPECT_EQ(f.shared.compiles.load(), 4);
   EXPECT_EQ(f.executor->stats().predicted_over_budget_runs, 1u);
   EXPECT_EQ(f.executor->stats().over_budget_runs, 0u);  // never compiled, never refused after
-  EXPECT_EQ(f.executor->OverBudgetBytes(), 320);        // reads as pressure
+  EXPECT_EQ(f.executor->OverBudgetBytes(), 320);        // reads as pressure: it fits alone
   EXPECT_EQ(f.executor->cached_executables(), 3u);
   EXPECT_EQ(f.pool.bytes(), 200);
   EXPECT_EQ(f.shared.alive.load(), 3);  // the run's executable is gone
@@ -360,12 +425,34 @@ TEST(Executor, AGearPredictedPastTheBudgetIsNotCompiled) {
   EXPECT_EQ(f.executor->stats().predicted_over_budget_runs, 2u);
   EXPECT_EQ(f.executor->cached_executables(), 3u);
   EXPECT_EQ(f.shared.alive.load(), 3);
-  EXPECT_LE(f.pool.bytes(), 250);
+  EXPECT_LE(f.pool.bytes(), 350);
   EXPECT_EQ(f.executor->stats().failed_requests, 0u);
   // The executor's predictions, each exact: (1,8) from two points, then
   // (4,7) and (4,8), each before its first compile.
   EXPECT_EQ(f.executor->stats().memory_predictions, 3u);
   EXPECT_DOUBLE_EQ(f.executor->stats().memory_prediction_max_error, 0.0);
+}
+
+// A gear whose predicted bytes alone pass the budget can never fit: it is
+// refused before its compile like any gear past the budget, but no eviction
+// could make room for it, so its refusal is not pressure.
+TEST(Executor, AGearThatCanNeverFitTheBudgetIsRefusedWithoutPressure) {
+  Fixture f(GearScheme::kIndependent, {}, 4.0, {.graph_memory_budget_bytes = 250});
+  f.shared.bytes_per_token = 10;  // bytes = 10 x B x S
+  for (auto [b, s] : {std::pair<int64_t, int64_t>{1, 3}, {2, 3}, {1, 7}})
+    ASSERT_TRUE(f.RunAndCheck(b, s).ok());
+  EXPECT_EQ(*f.executor->PredictAloneBytes(std::vector<int64_t>{4, 8}), 320);  // > 250
+  EXPECT_EQ(*f.executor->PredictAloneBytes(std::vector<int64_t>{2, 8}), 160);
+  ASSERT_TRUE(f.RunAndCheck(4, 7).ok());  // (4,8) refused: runs at (4,7), uncached
+  EXPECT_EQ(f.executor->stats().predicted_over_budget_runs, 1u);
+  EXPECT_EQ(f.executor->OverBudgetBytes(), 0);  // not pressure
+  ASSERT_TRUE(f.RunAndCheck(2, 7).ok());        // (2,8): 200 + 160 > 250, but it fits alone
+  EXPECT_EQ(f.executor->stats().predicted_over_budget_runs, 2u);
+  EXPECT_EQ(f.executor->OverBudgetBytes(), 160);  // pressure: evictions could make room
+  ASSERT_TRUE(f.RunAndCheck(4, 7).ok());          // the never-fitting refusal leaves it as is
+  EXPECT_EQ(f.executor->OverBudgetBytes(), 160);
+  EXPECT_EQ(f.executor->stats().failed_requests, 0u);
+  EXPECT_EQ(f.executor->cached_executables(), 3u);
 }
 
 TEST(Executor, EvictionDuringARunWaitsForTheRun) {

@@ -370,6 +370,74 @@ TEST(OneDnn, ArenaSlotGrowsToTheLargestLiveGearOnce) {
   EXPECT_EQ(backend->arena_usage().held_bytes, small->arena_bytes());
 }
 
+// Fault injection on the real block: the arena's limit (arena_limit_bytes)
+// makes its growth to a gear run out of memory at run time. The executor
+// falls back to the variant's exact sizes (a smaller workspace, which the
+// arena still grants), the output is right, the arena stays within its limit
+// and consistent (a later smaller run works), and when everything is
+// released the arena returns to nothing held and no need registered.
+TEST(OneDnn, ArenaGrowthOutOfMemoryAtRunTimeFallsBackToTheExactSizes) {
+  TransformerBlockOptions o;
+  o.hidden = 32;
+  o.heads = 4;
+  auto probe = *MakeOneDnnTransformerBackend(o);
+  auto need = [&](int64_t b, int64_t s) {
+    const int64_t gears[] = {b, s};
+    return (*probe->Compile(gears))->arena_bytes();
+  };
+  ASSERT_LT(need(1, 12), need(1, 16));
+  o.arena_limit_bytes = need(1, 12);  // gear (1,16) cannot grow its slot; (1,12) can
+  ManualClock clock{0};
+  auto pool = std::make_unique<GraphResourcePool>();
+  RuntimeOptions ro;
+  ro.clock = &clock;
+  ro.pool = pool.get();
+  ro.start_worker = false;
+  auto runtime = *AdaptiveGearRuntime::Create(
+      {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {8, 16, 32}, false, false}}, ro);
+  auto backend = *MakeOneDnnTransformerBackend(o);
+  auto executor = *GearedExecutor::Create(runtime.get(), backend.get(), {});
+  auto run = [&](int64_t b, int64_t s) {
+    Tensor x(b, s, 32), y(b, s, 32);
+    Randomize(&x, static_cast<uint64_t>(b * 100 + s));
+    const DLTensor in[] = {x.dl};
+    const DLTensor out[] = {y.dl};
+    const absl::Status st = executor->Run(in, out);
+    if (st.ok()) {
+      EXPECT_LT(MaxAbsDiff(y, RunExact(*probe, x)), 1e-5) << b << "x" << s;
+    }
+    return st;
+  };
+  ASSERT_TRUE(run(1, 5).ok());  // gear (1,8)
+  const int64_t before = backend->arena_usage().held_bytes;
+  EXPECT_EQ(before, need(1, 8));
+  ASSERT_TRUE(run(1, 12).ok());  // gear (1,16): its slot cannot grow; runs at (1,12)
+  EXPECT_EQ(executor->stats().out_of_memory_fallbacks, 1u);
+  EXPECT_EQ(executor->stats().failed_requests, 0u);
+  EXPECT_EQ(executor->cached_executables(), 2u);
+  ArenaUsage u = backend->arena_usage();
+  EXPECT_EQ(u.held_bytes, need(1, 12));  // the fallback's workspace, within the limit
+  EXPECT_EQ(u.largest_need_bytes, need(1, 16));
+  EXPECT_EQ(u.slots, 1);
+  ASSERT_TRUE(run(1, 6).ok());  // a smaller gear reuses the slot
+  EXPECT_EQ(backend->arena_usage().held_bytes, need(1, 12));
+  EXPECT_EQ(executor->GearMemoryBytes(), pool->bytes() + need(1, 12));
+  // At its exact sizes there is nothing smaller: that request fails, named.
+  const absl::Status exact = run(1, 16);
+  EXPECT_EQ(exact.code(), absl::StatusCode::kResourceExhausted) << exact;
+  EXPECT_THAT(exact.message(), HasSubstr("workspace"));
+  EXPECT_EQ(backend->arena_usage().held_bytes, 0);  // the failed growth left the slot empty
+  ASSERT_TRUE(run(1, 6).ok());                      // and it is usable again: grown to
+  EXPECT_EQ(backend->arena_usage().held_bytes, need(1, 8));  // the run's own need, not the largest
+  EXPECT_EQ(executor->stats().failed_requests, 1u);
+  executor.reset();
+  runtime.reset();
+  pool.reset();  // releases the cached gears: no need, no buffer is left
+  u = backend->arena_usage();
+  EXPECT_EQ(u.largest_need_bytes, 0);
+  EXPECT_EQ(u.held_bytes, 0);
+}
+
 // The memory model on the real block: fitted to three small gears, it
 // predicts the memory of every other gear of the block's range (not yet
 // compiled) within 10 %. The figure quoted in docs/MEMORY.md is this test's
@@ -520,6 +588,13 @@ TEST(OneDnn, RegistryAndOptionErrors) {
               HasSubstr("hidden: \"x\""));
   EXPECT_THAT(BackendRegistry::Global().Create("onednn", {{"arena", "2"}}).status().message(),
               HasSubstr("arena"));
+  EXPECT_THAT(
+      BackendRegistry::Global().Create("onednn", {{"arena_limit", "-1"}}).status().message(),
+      HasSubstr("arena_limit"));
+  TransformerBlockOptions negative;
+  negative.arena_limit_bytes = -1;
+  EXPECT_THAT(MakeOneDnnTransformerBackend(negative).status().message(),
+              HasSubstr("arena_limit_bytes: -1"));
   auto per_gear = BackendRegistry::Global().Create("onednn", {{"arena", "0"}});
   ASSERT_TRUE(per_gear.ok()) << per_gear.status();
   const int64_t gears[] = {1, 4};

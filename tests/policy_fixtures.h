@@ -103,6 +103,10 @@ class ProductBytesPredictor final : public GearBytesPredictor {
     for (const auto& g : held_) sum += Bytes(g);
     return sum;
   }
+  std::optional<int64_t> AloneBytes(std::span<const int64_t> gears) const override {
+    if (unpredictable_) return std::nullopt;
+    return Bytes(gears);
+  }
 
  private:
   int64_t per_unit_;

@@ -240,6 +240,55 @@ TEST(Policy, MemoryPressureLimitsAdditionsToEvictions) {
   EXPECT_THAT(d.added[0], ElementsAre(40, 100));
 }
 
+// A gear of the set that the byte budget can never hold (its predicted bytes
+// alone, plus the cheapest gears the policy must keep besides it, pass the
+// budget) is declined in the record with its bytes and the budget; nothing
+// else changes on its account: the decision is the seed's.
+TEST(Policy, AGearTheByteBudgetCanNeverHoldIsDeclinedAndEvictsNothing) {
+  const GearSet gears = Batch({8, 16, 64, 256});
+  const WindowStats stats = OneDim(gears,
+                                   {{8, Spread(8, 50, 0, 290)},
+                                    {16, Spread(16, 50, 0, 290)},
+                                    {64, Spread(64, 50, 0, 290)},
+                                    {256, Spread(200, 50, 0, 290)}},
+                                   300);          // no padding to speak of: no additions
+  const std::vector<int64_t> held = {8, 16, 64};  // 256 was never compiled: 256,000 bytes alone
+  const UpdateDecision seed = DecideUpdate(gears, stats, {}, NoProtection(), 300);
+  UpdateDecision d = DecideUpdate(gears, stats, ByteBudget(200'000, held), NoProtection(), 300);
+  EXPECT_EQ(d.removed, seed.removed);
+  EXPECT_EQ(d.next_gears, seed.next_gears);
+  ASSERT_EQ(d.record.declined.size(), 1u);
+  EXPECT_EQ(d.record.declined[0].dimension, "BATCHSIZE");
+  EXPECT_EQ(d.record.declined[0].action, ChangeAction::kAdd);
+  EXPECT_EQ(d.record.declined[0].gear, 256);
+  EXPECT_THAT(d.record.declined[0].reason,
+              HasSubstr("its predicted 256000 bytes alone, plus 0 bytes the fewest gears kept "
+                        "besides it hold (1 per dimension, min_gear_count_per_type), pass "
+                        "memory_budget_bytes = 200000"));
+  EXPECT_THAT(UpdateRecordToJson(d.record),
+              HasSubstr("\"declined\":[{\"dim\":\"BATCHSIZE\",\"action\":\"add\",\"gear\":256"));
+  // It fits alone: not declined, whatever else is held.
+  d = DecideUpdate(gears, stats, ByteBudget(260'000, held), NoProtection(), 300);
+  EXPECT_TRUE(d.record.declined.empty());
+  // Two gears must stay per dimension: the cheapest other one kept counts
+  // (this update evicts 8, so 16: 16,000 bytes).
+  AdaptiveOptions two = NoProtection();
+  two.min_gear_count_per_type = 2;
+  d = DecideUpdate(gears, stats, ByteBudget(260'000, held), two, 300);
+  EXPECT_THAT(d.removed[0], ElementsAre(8));
+  ASSERT_EQ(d.record.declined.size(), 1u);
+  EXPECT_THAT(d.record.declined[0].reason, HasSubstr("256000 bytes alone, plus 16000 bytes"));
+  // A held gear fits (it is compiled); without a budget or a prediction, nothing is declined.
+  d = DecideUpdate(gears, stats, ByteBudget(200'000, {8, 16, 64, 256}), NoProtection(), 300);
+  EXPECT_TRUE(d.record.declined.empty());
+  d = DecideUpdate(gears, stats, ByteBudget(0, held), NoProtection(), 300);
+  EXPECT_TRUE(d.record.declined.empty());
+  EXPECT_EQ(UpdateRecordToJson(d.record).find("declined"), std::string::npos);
+  d = DecideUpdate(gears, stats, ByteBudget(200'000, held, 1000, /*unpredictable=*/true),
+                   NoProtection(), 300);
+  EXPECT_TRUE(d.record.declined.empty());
+}
+
 TEST(Policy, AnAdditionPastTheByteBudgetIsRefusedAfterTheEvictionsFreeTheirs) {
   // The window of MemoryPressureLimitsAdditionsToEvictions, no pressure:
   // gear 8 goes (unused), 40 and 100 are proposed. Each gear costs 1000

@@ -179,6 +179,28 @@ TEST(ReplanDecision, AddsNothingWhosePredictedBytesWouldPassTheByteBudget) {
                         "1124000 bytes, past memory_budget_bytes = 1123999"));
 }
 
+// The never-fitting rule in the replan policy: gear 1024, never compiled,
+// needs 1,024,000 bytes alone, past the budget: declined with its bytes and
+// the budget; it is no pressure, so gear 100 still comes in beside it.
+TEST(ReplanDecision, AGearTheByteBudgetCanNeverHoldIsDeclined) {
+  const Window w = MakeWindow({{1024, 100, 0}}, {{100, 100.0}});
+  const UpdateDecision d = Decide(w, ByteBudget(500'000, {}));
+  EXPECT_THAT(d.next_gears[0], Contains(100));
+  EXPECT_THAT(d.next_gears[0], Contains(1024));
+  bool declined = false;
+  for (const ChangeRecord& c : d.record.declined) {
+    if (c.gear == 1024 && c.action == ChangeAction::kAdd) {
+      declined = true;
+      EXPECT_THAT(c.reason, HasSubstr("its predicted 1024000 bytes alone, plus 0 bytes"));
+      EXPECT_THAT(c.reason, HasSubstr("memory_budget_bytes = 500000"));
+    }
+  }
+  EXPECT_TRUE(declined);
+  // Room for it: not declined.
+  for (const ChangeRecord& c : Decide(w, ByteBudget(2'000'000, {})).record.declined)
+    EXPECT_EQ(c.reason.find("can never hold"), std::string::npos) << c.reason;
+}
+
 TEST(ReplanDecision, UnderTheByteBudgetAReplacementThatFreesEnoughIsTaken) {
   // Gear 300 is unused and held (300,000 bytes); the traffic is at 100.
   // Adding 100 alone would pass a budget of exactly the bytes in use;

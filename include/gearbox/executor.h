@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -67,10 +68,12 @@ struct ExecutorStats {
   // graph_memory_budget_bytes.
   uint64_t over_budget_runs = 0;
   // Variants whose gear's compile ran out of memory (ResourceExhausted,
-  // std::bad_alloc) and that ran instead on an executable compiled for
-  // their exact sizes, cached nowhere (a variant already at its exact sizes
-  // has no smaller fallback: its request fails). The failed compile counts
-  // in compile_failures, the fallback's in compiles.
+  // std::bad_alloc), or whose run on the gear did (ResourceExhausted: e.g.
+  // the backend's workspace arena could not grow to it), and that ran
+  // instead on an executable compiled for their exact sizes, cached nowhere
+  // (a variant already at its exact sizes has no smaller fallback: its
+  // request fails). A failed compile counts in compile_failures, the
+  // fallback's in compiles.
   uint64_t out_of_memory_fallbacks = 0;
   // Variants whose gear was refused before its compile: its predicted
   // memory would have passed graph_memory_budget_bytes (see there).
@@ -136,11 +139,18 @@ class GEARBOX_EXPORT GearedExecutor {
   // backend without an arena in use, else its own growth of the arena's
   // bound; 0 when it is cached. FailedPrecondition while unpredictable.
   absl::StatusOr<int64_t> PredictAddedBytes(std::span<const int64_t> gears) const;
+  // What `gears` would take with no other gear held: the prediction, and
+  // with an arena in use the arena's bound for it alone (the prediction in
+  // every slot). A gear above graph_memory_budget_bytes by this measure can
+  // never fit: it is refused before its compile as any gear past the
+  // budget, but its refusal is not pressure (OverBudgetBytes). Thread-safe;
+  // FailedPrecondition while unpredictable.
+  absl::StatusOr<int64_t> PredictAloneBytes(std::span<const int64_t> gears) const;
   // What releasing the cached executable of `gears` would free (its
   // bytes()), 0 when none is cached. Thread-safe.
   int64_t CachedGearBytes(std::span<const int64_t> gears) const;
   // Gives the runtime a GearBytesPredictor backed by this executor
-  // (PredictAddedBytes, CachedGearBytes, GearMemoryBytes), so the policies
+  // (PredictAddedBytes, CachedGearBytes, GearMemoryBytes, PredictAloneBytes), so the policies
   // price gears by their predicted bytes and honour
   // AdaptiveOptions::memory_budget_bytes before any compile. Undone (and
   // the predictor detached: it then predicts nothing) when the executor is
@@ -160,10 +170,19 @@ class GEARBOX_EXPORT GearedExecutor {
   // once (they wait), publishes the result in the table unless its gear was
   // evicted meanwhile; failures are never cached.
   absl::StatusOr<std::shared_ptr<Executable>> CompileOnce(std::span<const int64_t> gears);
+  // Tells the runtime that `gears` ran out of memory at `stage`, with its
+  // predicted bytes when the memory model can say (the policies make room
+  // and hold the gear back for the cooldown).
+  void ReportOutOfMemory(std::span<const int64_t> gears, OutOfMemoryStage stage);
+  // The out-of-memory (and over-budget) fallback: `*exact` becomes `v` at
+  // its exact sizes (padding off, eager), compiled for this run alone.
+  absl::StatusOr<std::shared_ptr<Executable>> CompileAtExactSizes(const Variant& v,
+                                                                  std::optional<Variant>* exact);
   // Whether the predicted memory of `gears` would take the gears past
   // graph_memory_budget_bytes (false when there is none or no prediction);
   // `adds`: what caching it would add (its bytes, or the arena's growth).
-  bool PredictedOverBudget(std::span<const int64_t> gears, int64_t* adds) const;
+  // `never_fits`: its bytes alone (PredictAloneBytes) pass the budget.
+  bool PredictedOverBudget(std::span<const int64_t> gears, int64_t* adds, bool* never_fits) const;
   // Registers `exe` in the runtime's pool and returns its keys, or nothing
   // when that would take the pool past graph_memory_budget_bytes (counted).
   std::vector<GraphKey> RegisterWithinBudget(const std::shared_ptr<Executable>& exe);

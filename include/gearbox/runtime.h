@@ -212,13 +212,15 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
   // The gear-bytes predictor the policies price gears with (null: none),
   // e.g. GearedExecutor::InstallGearBytesPredictor's. Any thread.
   void SetGearBytesPredictor(std::shared_ptr<const GearBytesPredictor> predictor);
-  // A compile of the combination `gears` ran out of memory (the executor
+  // A compile (stage kCompile) or a run (kRun: its workspace could not be
+  // allocated) of the combination `gears` ran out of memory (the executor
   // calls it; any thread, a short lock, never blocks on an update). The next
   // update's record lists it (UpdateRecord::out_of_memory) and runs under
   // memory pressure; for adaptive.out_of_memory_cooldown_seconds the
   // policies do not add its gears again. Ignored when the gear count is not
   // the runtime's.
-  void ReportOutOfMemory(std::span<const int64_t> gears, std::optional<int64_t> bytes);
+  void ReportOutOfMemory(std::span<const int64_t> gears, std::optional<int64_t> bytes,
+                         OutOfMemoryStage stage = OutOfMemoryStage::kCompile);
   // Sends a message to the configured log sink.
   void Log(LogLevel level, std::string_view message) const;
 

@@ -44,16 +44,32 @@ class GearBytesPredictor {
   virtual int64_t FreedBytes(std::span<const int64_t> gears) const = 0;
   // The gears' memory now, bytes.
   virtual int64_t InUseBytes() const = 0;
+  // Bytes the combination would take with no other gear held (its own bytes
+  // and, with a workspace arena, the arena at its bound for it alone); the
+  // policies compare it with the budget to find a gear that can never fit.
+  // nullopt (the default) when it cannot say.
+  virtual std::optional<int64_t> AloneBytes(std::span<const int64_t> gears) const {
+    (void)gears;
+    return std::nullopt;
+  }
 };
 
-// A compile that ran out of memory (the executor survived it: its variant
-// ran at its exact sizes, uncached), as reported to the runtime
+// Where a gear ran out of memory: its compile, or a run of it (the backend's
+// workspace arena could not grow to it, or the run itself failed for memory).
+enum class OutOfMemoryStage {
+  kCompile,  // JSON "compile"
+  kRun,      // JSON "run"
+};
+
+// A compile or a run that ran out of memory (the executor survived it: its
+// variant ran at its exact sizes, uncached), as reported to the runtime
 // (AdaptiveGearRuntime::ReportOutOfMemory).
 struct OutOfMemoryEvent {
   std::vector<int64_t> gears;    // the gear combination, one gear per dimension
   std::optional<int64_t> bytes;  // its predicted bytes, when the memory model could say
   double time = 0.0;             // the runtime clock's seconds at the (latest) failure
-  uint64_t count = 1;            // failures of this combination folded into the event
+  uint64_t count = 1;            // failures of this combination and stage folded into the event
+  OutOfMemoryStage stage = OutOfMemoryStage::kCompile;
 };
 
 // What the probe said this update, and the byte budget's inputs.
@@ -69,7 +85,7 @@ struct MemoryState {
   int64_t budget_bytes = 0;
   std::optional<int64_t> bytes_in_use;
   std::shared_ptr<const GearBytesPredictor> predictor;
-  // Compiles that ran out of memory within out_of_memory_cooldown_seconds
+  // Compiles and runs that ran out of memory within out_of_memory_cooldown_seconds
   // before the update (the latest per combination): the policies do not add
   // their gears again until the cooldown has passed. Not in the JSON (the
   // record's out_of_memory lists the new ones).
@@ -148,8 +164,8 @@ enum class AdditionOutcome {
   kCap,          // the dimension is at max_gears_per_type
   kBudget,       // memory pressure: no budget left
   kMemoryBytes,  // its predicted bytes would pass memory_budget_bytes ("memory_bytes")
-  kOutOfMemory,  // its compile ran out of memory within out_of_memory_cooldown_seconds
-                 // ("out_of_memory")
+  kOutOfMemory,  // its compile (or a run of it) ran out of memory within
+                 // out_of_memory_cooldown_seconds ("out_of_memory")
 };
 GEARBOX_EXPORT std::string_view OutcomeName(AdditionOutcome outcome);
 
@@ -195,9 +211,10 @@ struct UpdateRecord {
   // thread's recording ring was full (the window is then a sample; only
   // with the worker running). 0 in an operator's CommitUpdate record.
   uint64_t events_dropped = 0;
-  // Compiles that ran out of memory since the previous update (JSON
-  // "out_of_memory": [{"gears": {dim: gear}, "bytes": N or null, "time": t,
-  // "count": n}]). Any makes this update one under memory pressure.
+  // Compiles and runs that ran out of memory since the previous update (JSON
+  // "out_of_memory": [{"gears": {dim: gear}, "stage": "compile" or "run",
+  // "bytes": N or null, "time": t, "count": n}]). Any makes this update one
+  // under memory pressure.
   std::vector<OutOfMemoryEvent> out_of_memory;
   bool changed = false;
   // Replan policy only: the planned target per dimension, the changes taken

@@ -31,6 +31,11 @@ struct Combo {
   }
 };
 
+// A compile or run that failed for memory (ResourceExhausted).
+bool IsOutOfMemory(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kResourceExhausted;
+}
+
 bool Compact(const DLTensor& t) {
   if (t.strides == nullptr) return true;
   int64_t expected = 1;
@@ -204,6 +209,13 @@ class GearedExecutor::BytesPredictor final : public GearBytesPredictor {
     absl::StatusOr<int64_t> added = executor_->PredictAddedBytes(gears);
     if (!added.ok()) return std::nullopt;
     return *added;
+  }
+  std::optional<int64_t> AloneBytes(std::span<const int64_t> gears) const override {
+    MutexLock lock(&mu_);
+    if (executor_ == nullptr) return std::nullopt;
+    absl::StatusOr<int64_t> alone = executor_->PredictAloneBytes(gears);
+    if (!alone.ok()) return std::nullopt;
+    return *alone;
   }
   int64_t FreedBytes(std::span<const int64_t> gears) const override {
     MutexLock lock(&mu_);
@@ -440,13 +452,25 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(
   return exe;
 }
 
-bool GearedExecutor::PredictedOverBudget(std::span<const int64_t> gears, int64_t* adds) const {
+absl::StatusOr<int64_t> GearedExecutor::PredictAloneBytes(std::span<const int64_t> gears) const {
+  const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
+  if (!predicted.ok()) return predicted.status();
+  const ArenaUsage arena = backend_->arena_usage();
+  if (arena.slots == 0 && arena.largest_need_bytes == 0) return *predicted;
+  return *predicted * std::max(1, arena.slots);
+}
+
+bool GearedExecutor::PredictedOverBudget(std::span<const int64_t> gears, int64_t* adds,
+                                         bool* never_fits) const {
   const int64_t budget = options_.graph_memory_budget_bytes;
   if (budget <= 0) return false;
   const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
   if (!predicted.ok()) return false;  // not yet predictable: compile, check after
   const ArenaUsage arena = backend_->arena_usage();
   const int64_t pool = runtime_->pool().bytes();
+  *never_fits = (arena.slots == 0 && arena.largest_need_bytes == 0
+                     ? *predicted
+                     : *predicted * std::max(1, arena.slots)) > budget;
   if (arena.slots == 0 && arena.largest_need_bytes == 0) {
     *adds = *predicted;
     return pool + *predicted > budget;
@@ -535,6 +559,21 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileOnce(
   return exe;
 }
 
+void GearedExecutor::ReportOutOfMemory(std::span<const int64_t> gears, OutOfMemoryStage stage) {
+  const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
+  runtime_->ReportOutOfMemory(
+      gears, predicted.ok() ? std::optional<int64_t>(*predicted) : std::nullopt, stage);
+}
+
+absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileAtExactSizes(
+    const Variant& v, std::optional<Variant>* exact) {
+  const int dims = runtime_->num_dimensions();
+  *exact = v;
+  (*exact)->eager = true;
+  std::copy(v.extent, v.extent + dims, (*exact)->gear);
+  return Compile({(*exact)->gear, static_cast<size_t>(dims)});
+}
+
 absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
                                  std::span<const DLTensor> outputs) {
   RequestCounters& counters = Counters();
@@ -568,6 +607,30 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
   std::vector<Staged>& out_stage = (*lease).out;
   std::vector<DLTensor>& in_views = (*lease).in_views;
   std::vector<DLTensor>& out_views = (*lease).out_views;
+  // Runs `exe` for variant `run`: on the caller's tensors (zero copy), else
+  // gathered into staging tensors at the run's gear and scattered back.
+  auto execute = [&](Executable& exe, const Variant& run) -> absl::Status {
+    RunShape shape{dims, run.gear, run.extent};
+    if (zero_copy) return exe.Run(inputs, outputs, shape);
+    absl::Status s;
+    for (size_t i = 0; i < sig.inputs.size() && s.ok(); ++i) {
+      s = Stage(sig.inputs[i], run, /*zero=*/false, &in_stage[i]);
+      if (s.ok()) {
+        s = GatherChunk(inputs[i], sig.inputs[i].bindings, run, options_.pad_value,
+                        &in_stage[i].tensor);
+      }
+      in_views[i] = in_stage[i].tensor;
+    }
+    for (size_t i = 0; i < sig.outputs.size() && s.ok(); ++i) {
+      s = Stage(sig.outputs[i], run, /*zero=*/true, &out_stage[i]);
+      out_views[i] = out_stage[i].tensor;
+    }
+    if (s.ok()) s = exe.Run(in_views, out_views, shape);
+    for (size_t i = 0; i < sig.outputs.size() && s.ok(); ++i) {
+      s = ScatterChunk(out_stage[i].tensor, sig.outputs[i].bindings, run, &outputs[i]);
+    }
+    return s;
+  };
   const Cache::Table* table = cache_->table.load(std::memory_order_seq_cst);  // after the pin
   plan.ForEachVariant([&](const Variant& planned) {
     if (!status.ok()) return;
@@ -575,6 +638,7 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
     std::optional<Variant> exact;  // the out-of-memory fallback's variant
     const Variant& v = planned;
     const std::span<const int64_t> gears(v.gear, static_cast<size_t>(dims));
+    const bool exact_sizes = std::equal(v.gear, v.gear + dims, v.extent);
     // A hit: the pinned table's reference, no lock, no reference count.
     // Else (eager, miss): a reference of our own for this variant.
     Executable* exe = nullptr;
@@ -587,14 +651,16 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
     }
     if (exe == nullptr) {
       if (v.eager) eager_.fetch_add(1, std::memory_order_relaxed);
-      const bool exact_sizes = std::equal(v.gear, v.gear + dims, v.extent);
       // Predicted past the budget: the gear is not compiled; the variant
       // runs at its exact sizes (or, already there, at the gear), uncached.
       int64_t adds = 0;
-      const bool refused = !v.eager && PredictedOverBudget(gears, &adds);
+      bool never_fits = false;
+      const bool refused = !v.eager && PredictedOverBudget(gears, &adds, &never_fits);
       if (refused) {
         predicted_over_budget_.fetch_add(1, std::memory_order_relaxed);
-        over_budget_bytes_.store(adds);  // pressure, as a refusal after the compile
+        // Pressure, as a refusal after the compile, unless no eviction could
+        // make room for it (the gear alone passes the budget).
+        if (!never_fits) over_budget_bytes_.store(adds);
       }
       absl::StatusOr<std::shared_ptr<Executable>> compiled =
           absl::FailedPreconditionError("not compiled");
@@ -602,22 +668,11 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
         compiled = v.eager || refused ? Compile(gears) : CompileOnce(gears);
       // Out of memory compiling the gear (or refused): the variant runs at its
       // exact sizes (padding off, smaller), compiled for it alone, cached nowhere.
-      const bool out_of_memory =
-          !compiled.ok() && compiled.status().code() == absl::StatusCode::kResourceExhausted;
-      if (out_of_memory && !v.eager) {
-        // Recorded for the policies: the next update makes room and does
-        // not add this gear again within the cooldown.
-        const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
-        runtime_->ReportOutOfMemory(
-            gears, predicted.ok() ? std::optional<int64_t>(*predicted) : std::nullopt);
-      }
+      const bool out_of_memory = IsOutOfMemory(compiled.status());
+      if (out_of_memory && !v.eager) ReportOutOfMemory(gears, OutOfMemoryStage::kCompile);
       if ((refused || out_of_memory) && !compiled.ok() && !v.eager && !exact_sizes) {
-        exact = v;
-        exact->eager = true;
-        std::copy(v.extent, v.extent + dims, exact->gear);
         if (out_of_memory) oom_fallbacks_.fetch_add(1, std::memory_order_relaxed);
-        absl::StatusOr<std::shared_ptr<Executable>> fallback =
-            Compile({exact->gear, static_cast<size_t>(dims)});
+        absl::StatusOr<std::shared_ptr<Executable>> fallback = CompileAtExactSizes(v, &exact);
         if (fallback.ok() || refused) {
           compiled = std::move(fallback);
           run_as = &*exact;
@@ -632,27 +687,17 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
       // Later variants (a split's chunks share a gear) find it without a lock.
       table = cache_->table.load(std::memory_order_seq_cst);
     }
-    const Variant& run = *run_as;
-    RunShape shape{dims, run.gear, run.extent};
-    if (zero_copy) {
-      status = exe->Run(inputs, outputs, shape);
-      return;
-    }
-    for (size_t i = 0; i < sig.inputs.size() && status.ok(); ++i) {
-      status = Stage(sig.inputs[i], run, /*zero=*/false, &in_stage[i]);
-      if (status.ok()) {
-        status = GatherChunk(inputs[i], sig.inputs[i].bindings, run, options_.pad_value,
-                             &in_stage[i].tensor);
-      }
-      in_views[i] = in_stage[i].tensor;
-    }
-    for (size_t i = 0; i < sig.outputs.size() && status.ok(); ++i) {
-      status = Stage(sig.outputs[i], run, /*zero=*/true, &out_stage[i]);
-      out_views[i] = out_stage[i].tensor;
-    }
-    if (status.ok()) status = exe->Run(in_views, out_views, shape);
-    for (size_t i = 0; i < sig.outputs.size() && status.ok(); ++i) {
-      status = ScatterChunk(out_stage[i].tensor, sig.outputs[i].bindings, run, &outputs[i]);
+    status = execute(*exe, *run_as);
+    // Out of memory running the gear (its workspace could not be allocated):
+    // the same fallback as for a compile, at the variant's exact sizes.
+    if (IsOutOfMemory(status) && run_as == &planned && !v.eager) {
+      ReportOutOfMemory(gears, OutOfMemoryStage::kRun);
+      if (exact_sizes) return;  // nothing smaller: the request fails
+      oom_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+      absl::StatusOr<std::shared_ptr<Executable>> fallback = CompileAtExactSizes(v, &exact);
+      if (!fallback.ok()) return;    // the run's error stands
+      owned = *std::move(fallback);  // our reference to the gear's, if any, is dropped
+      status = execute(*owned, *exact);
     }
   });
   if (status.ok()) {

@@ -59,6 +59,58 @@ std::optional<double> GearBytes::Held(int d, int64_t g) const {
   return static_cast<double>(*added);
 }
 
+std::optional<int64_t> GearBytes::Alone(int d, int64_t g) const {
+  if (memory_.predictor == nullptr) return std::nullopt;
+  std::optional<int64_t> cheapest;
+  for (const std::vector<int64_t>& c : Combinations(d, g)) {
+    const std::optional<int64_t> b = memory_.predictor->AloneBytes(c);
+    if (b.has_value()) cheapest = std::min(cheapest.value_or(*b), std::max<int64_t>(0, *b));
+  }
+  return cheapest;
+}
+
+std::string GearBytes::NeverFits(int d, int64_t g, int min_count) const {
+  if (!budgeted()) return "";
+  const std::optional<int64_t> alone = Alone(d, g);
+  if (!alone.has_value()) return "";
+  int64_t kept = 0;  // the cheapest gears the policy must keep besides g
+  for (size_t e = 0; e < grid_.size(); ++e) {
+    std::vector<int64_t> freed;
+    for (int64_t x : grid_[e]) {
+      if (static_cast<int>(e) != d || x != g) freed.push_back(Freed(static_cast<int>(e), x));
+    }
+    std::sort(freed.begin(), freed.end());
+    const size_t keep = static_cast<size_t>(std::max(0, min_count - (static_cast<int>(e) == d)));
+    for (size_t i = 0; i < std::min(keep, freed.size()); ++i) kept += freed[i];
+  }
+  if (*alone + kept <= memory_.budget_bytes) return "";
+  return Cat(
+      "the byte budget can never hold it: its predicted ", *alone, " bytes alone, plus ", kept,
+      " bytes the fewest gears kept besides it hold (", min_count,
+      " per dimension, min_gear_count_per_type), pass memory_budget_bytes = ", memory_.budget_bytes,
+      "; not compiled (its requests run at their exact sizes), not memory pressure");
+}
+
+void DeclineNeverFitting(const std::vector<std::vector<int64_t>>& grid,
+                         const std::vector<std::string>& names, const MemoryState& memory,
+                         int min_count, std::vector<ChangeRecord>* declined) {
+  const GearBytes bytes(grid, memory);
+  if (!bytes.budgeted()) return;
+  for (size_t d = 0; d < grid.size() && d < names.size(); ++d) {
+    for (int64_t g : grid[d]) {
+      if (bytes.Freed(static_cast<int>(d), g) > 0) continue;  // held: it fits
+      std::string reason = bytes.NeverFits(static_cast<int>(d), g, min_count);
+      if (reason.empty()) continue;
+      ChangeRecord c;
+      c.dimension = names[d];
+      c.action = ChangeAction::kAdd;
+      c.gear = g;
+      c.reason = std::move(reason);
+      declined->push_back(std::move(c));
+    }
+  }
+}
+
 std::string GearBytes::PastBudget(int64_t in_use_after_removals,
                                   std::optional<int64_t> added) const {
   if (!budgeted() || !added.has_value()) return "";

@@ -37,6 +37,16 @@ class GearBytes {
   // grid, Added otherwise; nullopt without a predictor or a prediction.
   std::optional<double> Held(int d, int64_t g) const;
 
+  // Bytes gear g of dimension d would take with nothing else held: the
+  // cheapest of its combinations with the other dimensions' gears
+  // (GearBytesPredictor::AloneBytes); nullopt when none can be predicted.
+  std::optional<int64_t> Alone(int d, int64_t g) const;
+  // Why the byte budget can never hold gear g of dimension d: its bytes
+  // alone, plus what the fewest gears the policy must keep besides it hold
+  // (`min_count` per dimension, the cheapest by Freed), pass the budget.
+  // "" when it may fit, or without a budget or a prediction.
+  std::string NeverFits(int d, int64_t g, int min_count) const;
+
   // Why an addition of `added` bytes is refused when the gears would hold
   // `in_use_after_removals` before it: "" when it fits the budget.
   std::string PastBudget(int64_t in_use_after_removals, std::optional<int64_t> added) const;
@@ -47,6 +57,17 @@ class GearBytes {
   const std::vector<std::vector<int64_t>>& grid_;
   const MemoryState& memory_;
 };
+
+// The never-fitting rule, for both policies: each gear of `grid` (the gears
+// after the decision; `names` their dimensions) that is not held and that
+// the byte budget can never hold (GearBytes::NeverFits) gets a declined
+// ChangeRecord (action "add") whose reason gives its bytes and the budget.
+// Such a gear is not compiled (the executor refuses it before the compile
+// and runs its requests at their exact sizes) and its refusal is not memory
+// pressure, so no other gear is evicted on its account.
+void DeclineNeverFitting(const std::vector<std::vector<int64_t>>& grid,
+                         const std::vector<std::string>& names, const MemoryState& memory,
+                         int min_count, std::vector<ChangeRecord>* declined);
 
 // When gear g of dimension d last ran out of memory at its compile, among
 // MemoryState::recent_out_of_memory (the runtime keeps those within the

@@ -349,6 +349,9 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
   rec.added = out.added;
   rec.gears_after = out.next_gears;
   rec.changed = out.changed;
+  // Not in the seed (with a byte budget only): gears the budget can never hold.
+  internal::DeclineNeverFitting(out.next_gears, rec.dimensions, memory, o.min_gear_count_per_type,
+                                &rec.declined);
   return out;
 }
 

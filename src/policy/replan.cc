@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gearbox/replan_policy.h"
+#include "src/policy/gear_bytes.h"
 #include "src/policy/replan_internal.h"
 
 namespace gearbox {
@@ -111,6 +112,10 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
     internal::DecideCombinations(gears, stats, memory, adaptive, o, now, &out);
   }
   Finish(gears, &out);
+  // 3. Gears the byte budget can never hold: declined, as the seed policy
+  // does (internal::DeclineNeverFitting, gear_bytes.h).
+  internal::DeclineNeverFitting(out.next_gears, out.record.dimensions, memory,
+                                adaptive.min_gear_count_per_type, &out.record.declined);
   return out;
 }
 

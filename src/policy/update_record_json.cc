@@ -70,6 +70,7 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
       for (size_t d = 0; d < e.gears.size() && d < r.dimensions.size(); ++d)
         gears[r.dimensions[d]] = e.gears[d];
       x["gears"] = std::move(gears);
+      x["stage"] = e.stage == OutOfMemoryStage::kRun ? "run" : "compile";
       x["bytes"] = e.bytes ? ordered_json(*e.bytes) : ordered_json(nullptr);
       x["time"] = Round6(e.time);
       x["count"] = e.count;
@@ -118,30 +119,32 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
     additions.push_back(std::move(e));
   }
   j["additions"] = std::move(additions);
+  auto changes = [](const std::vector<ChangeRecord>& list) {
+    ordered_json out = ordered_json::array();
+    for (const ChangeRecord& c : list) {
+      ordered_json e;
+      e["dim"] = c.dimension;
+      e["action"] = ChangeActionName(c.action);
+      if (c.action == ChangeAction::kCompile || c.action == ChangeAction::kDrop) {
+        e["combination"] = c.combination;
+      } else {
+        e["gear"] = c.gear;
+      }
+      if (c.action == ChangeAction::kReplace) e["replaced"] = c.replaced;
+      e["gain_s"] = Round6(c.gain_seconds);
+      e["compile_s"] = Round6(c.compile_seconds);
+      e["net_s"] = Round6(c.net_seconds);
+      e["reason"] = c.reason;
+      out.push_back(std::move(e));
+    }
+    return out;
+  };
   if (r.policy == UpdatePolicy::kReplan) {
     j["targets"] = PerDimension(r.dimensions, r.targets, false);
-    auto changes = [](const std::vector<ChangeRecord>& list) {
-      ordered_json out = ordered_json::array();
-      for (const ChangeRecord& c : list) {
-        ordered_json e;
-        e["dim"] = c.dimension;
-        e["action"] = ChangeActionName(c.action);
-        if (c.action == ChangeAction::kCompile || c.action == ChangeAction::kDrop) {
-          e["combination"] = c.combination;
-        } else {
-          e["gear"] = c.gear;
-        }
-        if (c.action == ChangeAction::kReplace) e["replaced"] = c.replaced;
-        e["gain_s"] = Round6(c.gain_seconds);
-        e["compile_s"] = Round6(c.compile_seconds);
-        e["net_s"] = Round6(c.net_seconds);
-        e["reason"] = c.reason;
-        out.push_back(std::move(e));
-      }
-      return out;
-    };
     j["changes"] = changes(r.changes);
     j["declined"] = changes(r.declined);
+  } else if (!r.declined.empty()) {
+    j["declined"] = changes(r.declined);  // the adaptive policy's never-fitting gears
   }
   if (r.scheme != GearScheme::kIndependent) {
     j["scheme"] = GearSchemeName(r.scheme);

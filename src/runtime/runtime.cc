@@ -353,10 +353,10 @@ void AdaptiveGearRuntime::SetGearBytesPredictor(
 }
 
 namespace {
-// Folds `e` into `list`: one event per combination (the latest time).
+// Folds `e` into `list`: one event per combination and stage (the latest time).
 void FoldOutOfMemory(std::vector<OutOfMemoryEvent>* list, const OutOfMemoryEvent& e) {
   for (OutOfMemoryEvent& x : *list) {
-    if (x.gears == e.gears) {
+    if (x.gears == e.gears && x.stage == e.stage) {
       x.time = std::max(x.time, e.time);
       x.count += e.count;
       if (e.bytes.has_value()) x.bytes = e.bytes;
@@ -368,9 +368,9 @@ void FoldOutOfMemory(std::vector<OutOfMemoryEvent>* list, const OutOfMemoryEvent
 }  // namespace
 
 void AdaptiveGearRuntime::ReportOutOfMemory(std::span<const int64_t> gears,
-                                            std::optional<int64_t> bytes) {
+                                            std::optional<int64_t> bytes, OutOfMemoryStage stage) {
   if (static_cast<int>(gears.size()) != num_dimensions_) return;
-  OutOfMemoryEvent e{{gears.begin(), gears.end()}, bytes, clock_->NowSeconds(), 1};
+  OutOfMemoryEvent e{{gears.begin(), gears.end()}, bytes, clock_->NowSeconds(), 1, stage};
   MutexLock lock(&impl_->oom_mu);
   FoldOutOfMemory(&impl_->oom_new, e);
 }

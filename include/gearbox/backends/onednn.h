@@ -39,11 +39,17 @@ struct TransformerBlockOptions {
   // by every gear: memory ~ slots x largest gear); false: each gear owns its
   // workspaces (memory ~ sum over gears). Results are bit-identical.
   bool shared_arena = true;
+  // With shared_arena: the most bytes the arena's buffers may hold in all
+  // (0: no limit). A slot's growth past it fails as an allocation that finds
+  // no memory does (the run returns ResourceExhausted, which the executor
+  // survives): a hard cap on the workspaces, and how tests make the arena's
+  // growth run out of memory.
+  int64_t arena_limit_bytes = 0;
 };
 
 // Registry name "onednn"; params: hidden, heads, mlp_ratio, seed,
 // batch_dim (-1 for none), seq_dim, arena (1: shared_arena, the default; 0:
-// per-gear workspaces).
+// per-gear workspaces), arena_limit (arena_limit_bytes).
 GEARBOX_EXPORT absl::StatusOr<std::unique_ptr<Backend>> MakeOneDnnTransformerBackend(
     const TransformerBlockOptions& options);
 GEARBOX_EXPORT absl::Status RegisterOneDnnBackend(BackendRegistry& registry);

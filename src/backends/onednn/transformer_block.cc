@@ -132,7 +132,10 @@ Buffer NewBuffer(size_t bytes) {
 // larger gear); a slot larger than the largest live need is shrunk: at once
 // when it is free (its buffer is freed, reallocated at its next checkout),
 // when returned otherwise. So each slot holds at most the largest live gear's
-// workspace, and the arena at most slots x that.
+// workspace, and the arena at most slots x that. A growth that finds no
+// memory (std::bad_alloc, or past the arena's limit) falls back to the run's
+// own need, so a gear smaller than the largest still runs; failing that, the
+// run gets std::bad_alloc and the slot stays, empty.
 // Thread-safety: every method may be called from any thread; one mutex
 // guards the needs and the free slots; buffers are allocated, zeroed and
 // freed outside it.
@@ -143,6 +146,8 @@ class WorkspaceArena {
     size_t capacity = 0;
   };
 
+  // `limit_bytes`: the most the buffers may hold in all (0: no limit).
+  explicit WorkspaceArena(int64_t limit_bytes) : limit_(limit_bytes) {}
   ~WorkspaceArena() = default;
 
   void AddNeed(size_t bytes) {
@@ -188,13 +193,11 @@ class WorkspaceArena {
       slot->capacity = 0;
       old.reset();  // before the new one: the peak is the larger, not the sum
       try {
-        slot->buffer = NewBuffer(target);
+        Allocate(slot.get(), target, need);
       } catch (...) {
         Return(std::move(slot));
         throw;
       }
-      slot->capacity = target;
-      held_.fetch_add(static_cast<int64_t>(target), std::memory_order_relaxed);
     }
     return slot;
   }
@@ -216,6 +219,31 @@ class WorkspaceArena {
   }
 
  private:
+  // Gives the empty `slot` a buffer of `target` bytes or, when that finds
+  // no memory, of `need`; throws std::bad_alloc when neither does. The
+  // bytes are reserved in held_ before the allocation, so concurrent
+  // growths cannot together pass the limit.
+  void Allocate(Slot* slot, size_t target, size_t need) {
+    const size_t sizes[] = {target, need};
+    for (int i = 0; i < (target > need ? 2 : 1); ++i) {
+      const size_t bytes = sizes[i];
+      const auto n = static_cast<int64_t>(bytes);
+      if (held_.fetch_add(n, std::memory_order_relaxed) + n > limit_ && limit_ > 0) {
+        held_.fetch_sub(n, std::memory_order_relaxed);
+        continue;
+      }
+      try {
+        slot->buffer = NewBuffer(bytes);
+      } catch (const std::bad_alloc&) {
+        held_.fetch_sub(n, std::memory_order_relaxed);
+        continue;
+      }
+      slot->capacity = bytes;
+      return;
+    }
+    throw std::bad_alloc();
+  }
+
   size_t LargestLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return needs_.empty() ? 0 : *needs_.rbegin();
   }
@@ -224,8 +252,10 @@ class WorkspaceArena {
   std::multiset<size_t> needs_ ABSL_GUARDED_BY(mu_);  // one per live executable
   std::vector<std::unique_ptr<Slot>> free_ ABSL_GUARDED_BY(mu_);
   int slots_ ABSL_GUARDED_BY(mu_) = 0;  // created in all (free or checked out)
-  // Bytes of every slot's buffer, free or checked out (written by the
-  // holder of the slot; read for reports only: relaxed).
+  const int64_t limit_;                 // the most held_ may reach (0: none)
+  // Bytes of every slot's buffer, free or checked out, and those reserved
+  // for one being allocated (written by the holder of the slot; relaxed:
+  // an atomic counter, read for reports and the limit).
   std::atomic<int64_t> held_{0};
 };
 
@@ -414,7 +444,7 @@ class OneDnnTransformerBackend final : public Backend {
       : options_(o),
         engine_(dnnl::engine::kind::cpu, 0),
         weights_(MakeWeights(o)),
-        arena_(o.shared_arena ? std::make_shared<WorkspaceArena>() : nullptr) {
+        arena_(o.shared_arena ? std::make_shared<WorkspaceArena>(o.arena_limit_bytes) : nullptr) {
     TensorSpec x{"x", {kDLFloat, 32, 1}, {1, 1, o.hidden}, {}};
     if (o.batch_dimension >= 0) x.bindings.push_back({0, o.batch_dimension});
     x.bindings.push_back({1, o.seq_dimension});
@@ -568,6 +598,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeOneDnnTransformerBackend(
   if (o.heads < 1 || o.hidden % o.heads != 0) {
     return internal::InvalidFieldValue("heads", o.heads, Cat("a divisor of hidden = ", o.hidden));
   }
+  if (o.arena_limit_bytes < 0) {
+    return internal::InvalidFieldValue("arena_limit_bytes", o.arena_limit_bytes,
+                                       "bytes >= 0 (0: no limit)");
+  }
   if (o.mlp_ratio < 1 || o.mlp_ratio > 16) {
     return internal::InvalidFieldValue("mlp_ratio", o.mlp_ratio, "an integer in [1, 16]");
   }
@@ -591,11 +625,11 @@ absl::Status RegisterOneDnnBackend(BackendRegistry& registry) {
       "onednn", [](const BackendParams& params) -> absl::StatusOr<std::unique_ptr<Backend>> {
         for (const auto& [key, value] : params) {
           static const char* known[] = {"hidden",    "heads",   "mlp_ratio", "seed",
-                                        "batch_dim", "seq_dim", "arena"};
+                                        "batch_dim", "seq_dim", "arena",     "arena_limit"};
           if (std::find(std::begin(known), std::end(known), key) == std::end(known)) {
             return internal::InvalidField(Cat("onednn.", key), Cat("\"", value, "\""),
                                           "unknown parameter; known: hidden, heads, mlp_ratio, "
-                                          "seed, batch_dim, seq_dim, arena");
+                                          "seed, batch_dim, seq_dim, arena, arena_limit");
           }
         }
         TransformerBlockOptions o;
@@ -609,7 +643,8 @@ absl::Status RegisterOneDnnBackend(BackendRegistry& registry) {
              {get("hidden", 64, 1, 16384, &o.hidden), get("heads", 4, 1, 16384, &o.heads),
               get("mlp_ratio", 4, 1, 16, &o.mlp_ratio), get("seed", 1, 0, INT64_MAX, &seed),
               get("batch_dim", 0, -1, kMaxDimensions - 1, &batch),
-              get("seq_dim", 1, 0, kMaxDimensions - 1, &seq), get("arena", 1, 0, 1, &arena)}) {
+              get("seq_dim", 1, 0, kMaxDimensions - 1, &seq), get("arena", 1, 0, 1, &arena),
+              get("arena_limit", 0, 0, INT64_MAX, &o.arena_limit_bytes)}) {
           if (!s.ok()) return s;
         }
         o.seed = static_cast<uint64_t>(seed);
