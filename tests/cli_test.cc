@@ -181,6 +181,36 @@ TEST_F(Cli, ExecutedReplayRunsRequestedUpdatesAfterItsLastRow) {
   EXPECT_EQ(j["executed"]["backend"], "onednn");
 }
 
+// With --execute, --decisions holds the executed replay's update records:
+// they carry what the executor measured (the byte budget and the gears'
+// bytes in use, which the simulated replay has no predictor for).
+TEST_F(Cli, ExecutedReplayDecisionsAreTheExecutedReplaysRecords) {
+  const ToolRun r =
+      Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+           " --policy adaptive --update-at 20,100 --execute onednn --backend-param hidden=8"
+           " --backend-param heads=2 --max-requests 40 --memory-budget-mb 64 --decisions " +
+           P("d.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream decisions(P("d.jsonl"));
+  std::vector<double> times;
+  for (std::string line; std::getline(decisions, line);) {
+    auto j = nlohmann::json::parse(line);  // not const: a missing key reads as null
+    times.push_back(j["time"]);
+    EXPECT_EQ(j["memory"]["budget_bytes"], 64 << 20) << line;
+    EXPECT_TRUE(j["memory"].contains("bytes_in_use")) << line;
+  }
+  EXPECT_THAT(times, ::testing::ElementsAre(20.0, 100.0));  // the executed run's two updates
+  // Without --execute: the simulated replay's (no predictor, no bytes in use).
+  const ToolRun sim = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+                           " --policy adaptive --update-at 20,100 --decisions " + P("d.jsonl"));
+  ASSERT_EQ(sim.code, 0) << sim.output;
+  std::ifstream simulated(P("d.jsonl"));
+  int lines = 0;
+  for (std::string line; std::getline(simulated, line); ++lines)
+    EXPECT_FALSE(nlohmann::json::parse(line)["memory"].contains("bytes_in_use")) << line;
+  EXPECT_EQ(lines, 2);
+}
+
 TEST_F(Cli, BadTraceFailsWithTheLineAndLeavesNoOutputs) {
   Write("bad.csv", "t,SEQLEN\n0,4\n1,four\n");
   const ToolRun r =

@@ -295,9 +295,10 @@ absl::StatusOr<BackendParams> ExecuteParams(const ReplayFlags& f, const RuntimeC
   return params;
 }
 
+// `decisions` (null: none) gets each executed update's record.
 absl::StatusOr<std::vector<ExecutedReplayResult>> RunExecuted(
     const ReplayFlags& f, const RuntimeConfig& config, const Trace& trace,
-    const std::vector<ReplayRunOptions>& runs) {
+    const std::vector<ReplayRunOptions>& runs, AtomicFile* decisions) {
   if (auto s = RegisterBuiltinBackends(); !s.ok()) return s;
   auto params = ExecuteParams(f, config);
   if (!params.ok()) return params.status();
@@ -311,6 +312,11 @@ absl::StatusOr<std::vector<ExecutedReplayResult>> RunExecuted(
     options.memory_budget_bytes = static_cast<int64_t>(f.memory_budget_mb * 1024 * 1024);
     // No budget: the probe matching the backend's memory (host or CUDA).
     options.make_memory_probe = [](const Backend& b) { return MakeMemoryProbeFor(b); };
+    if (decisions != nullptr) {
+      options.on_update = [decisions](const UpdateRecord& r) {
+        decisions->stream() << UpdateRecordToJson(r) << '\n';
+      };
+    }
     ProgressBar bar("execute " + std::string(UpdatePolicyName(run.policy)));
     options.progress = [&bar](size_t done, size_t total) { bar.Update(done, total); };
     auto r = ExecutedReplay(
@@ -607,7 +613,10 @@ int RunReplay(const ReplayFlags& f) {
   ReplaySummary summary;
   summary.trace = f.trace;
   summary.max_reject_ratio = f.max_reject_ratio;
-  auto results = RunSimulated(f, *config, *trace, *runs, outputs.decisions.get());
+  // --decisions: the executed replay's records with --execute (they carry
+  // the memory it measured), else the simulated replay's.
+  auto results = RunSimulated(f, *config, *trace, *runs,
+                              f.execute.empty() ? outputs.decisions.get() : nullptr);
   if (!results.ok()) return Fail(results.status());
   summary.results = *std::move(results);
   if (f.optimum) {
@@ -618,7 +627,7 @@ int RunReplay(const ReplayFlags& f) {
   PrintTable(f, *config, *trace, summary.results, summary.optimum);
 
   if (!f.execute.empty()) {
-    auto executed = RunExecuted(f, *config, *trace, *runs);
+    auto executed = RunExecuted(f, *config, *trace, *runs, outputs.decisions.get());
     if (!executed.ok()) return Fail(executed.status());
     summary.executed = *std::move(executed);
     summary.backend = f.execute;
@@ -652,7 +661,9 @@ Command AddReplayCommand(CLI::App& app) {
       "--scheme", f->schemes,
       "gear scheme of two-dimensional configs: independent, joint, sparse, or a comma-separated "
       "list (each with every --policy); default: the config's");
-  cmd->add_option("--decisions", f->decisions, "write each update's record here (JSON Lines)");
+  cmd->add_option("--decisions", f->decisions,
+                  "write each update's record here (JSON Lines; with --execute, the executed "
+                  "replay's)");
   cmd->add_option("--summary", f->summary, "write the figures here (JSON)");
   cmd->add_option("--plot", f->plot, "write gears and padding waste over time here (PNG)");
   cmd->add_option("--update-at", f->update_at,
