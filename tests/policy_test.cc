@@ -289,6 +289,35 @@ TEST(Policy, AGearTheByteBudgetCanNeverHoldIsDeclinedAndEvictsNothing) {
   EXPECT_TRUE(d.record.declined.empty());
 }
 
+// Nor is a gear evicted whose samples would move to a gear the budget can
+// never hold: the seed would evict the unused 64, whose samples then go to
+// 256; with the budget, 64 is kept (verdict replacement_never_fits) and the
+// next gear in the eviction order is examined instead (16, which the
+// replacement-loss rule keeps: its samples would pad to 64).
+TEST(Policy, AGearIsNotEvictedOntoAGearTheByteBudgetCanNeverHold) {
+  const GearSet gears = Batch({8, 16, 64, 256});
+  const WindowStats stats =
+      OneDim(gears, {{8, Spread(8, 50, 0, 290)}, {16, Spread(16, 5, 0, 290)}}, 300);
+  const UpdateDecision seed = DecideUpdate(gears, stats, {}, NoProtection(), 300);
+  EXPECT_THAT(seed.removed[0], ElementsAre(64));  // unused: first to go
+  const UpdateDecision d =
+      DecideUpdate(gears, stats, ByteBudget(250'000, {8, 16, 64}), NoProtection(), 300);
+  EXPECT_TRUE(d.removed[0].empty());
+  for (const GearRecord& g : d.record.gears) {
+    if (g.gear == 64) {
+      EXPECT_EQ(g.verdict, GearVerdict::kReplacementNeverFits);
+    }
+    if (g.gear == 16) {
+      EXPECT_EQ(g.verdict, GearVerdict::kReplaceLoss);
+    }
+  }
+  EXPECT_THAT(UpdateRecordToJson(d.record), HasSubstr("\"verdict\":\"replacement_never_fits\""));
+  // 256 held (it fits after all): the seed's eviction.
+  EXPECT_THAT(DecideUpdate(gears, stats, ByteBudget(400'000, {8, 16, 64, 256}), NoProtection(), 300)
+                  .removed[0],
+              ElementsAre(64));
+}
+
 TEST(Policy, AnAdditionPastTheByteBudgetIsRefusedAfterTheEvictionsFreeTheirs) {
   // The window of MemoryPressureLimitsAdditionsToEvictions, no pressure:
   // gear 8 goes (unused), 40 and 100 are proposed. Each gear costs 1000

@@ -95,9 +95,13 @@ struct MemoryState {
 // The eviction filters in the order they run; a gear's verdict is the first
 // one that stopped it (or kEvicted).
 enum class GearVerdict {
-  kMaxGear,      // the largest gear is never evicted
-  kProtected,    // created, hit or protected within recent_use_protect_seconds
-  kMinCount,     // its dimension is at min_gear_count_per_type
+  kMaxGear,    // the largest gear is never evicted
+  kProtected,  // created, hit or protected within recent_use_protect_seconds
+  kMinCount,   // its dimension is at min_gear_count_per_type
+  // With a byte budget (not in the seed): the next larger gear, which would
+  // serve its samples, can never fit the budget ("replacement_never_fits"):
+  // evicting it would send them to a gear that never runs compiled.
+  kReplacementNeverFits,
   kCandidate,    // passed the filters; another gear ranked lower this round
   kReplaceLoss,  // examined; its samples would lose > replace_loss_threshold: kept, protected
   kWouldReadd,   // examined; the addition rule would undo it (hysteresis): kept, protected

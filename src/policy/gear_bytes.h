@@ -69,7 +69,7 @@ void DeclineNeverFitting(const std::vector<std::vector<int64_t>>& grid,
                          const std::vector<std::string>& names, const MemoryState& memory,
                          int min_count, std::vector<ChangeRecord>* declined);
 
-// When gear g of dimension d last ran out of memory at its compile, among
+// When gear g of dimension d last ran out of memory (at its compile or a run), among
 // MemoryState::recent_out_of_memory (the runtime keeps those within the
 // cooldown); nullopt when it did not.
 std::optional<double> OutOfMemoryAt(const MemoryState& memory, int d, int64_t g);

@@ -76,6 +76,17 @@ struct Proposal {
   AdditionRecord record;
 };
 
+// With a byte budget (not in the seed): whether the gear above `gear` in
+// `current`, which its samples would move to once it is evicted, is not
+// held and can never fit the budget (internal::GearBytes::NeverFits).
+bool ReplacementNeverFits(const internal::GearBytes& bytes, int d,
+                          const std::vector<int64_t>& current, int64_t gear, int min_count) {
+  if (!bytes.budgeted()) return false;
+  auto above = std::upper_bound(current.begin(), current.end(), gear);
+  if (above == current.end() || bytes.Freed(d, *above) > 0) return false;
+  return !bytes.NeverFits(d, *above, min_count).empty();
+}
+
 // With a byte budget: records the proposal's predicted bytes, and whether
 // they would take the gears' memory (`projected`, after this update's
 // evictions and earlier additions) past the budget.
@@ -164,6 +175,13 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
     views.push_back(std::make_unique<DimensionView>(ds, gears.gears(d)));
   }
 
+  // The byte budget's view of the gears as they are (for the eviction rule
+  // ReplacementNeverFits; not in the seed).
+  std::vector<std::vector<int64_t>> grid;
+  for (int d = 0; d < num_dims; ++d)
+    grid.emplace_back(gears.gears(d).begin(), gears.gears(d).end());
+  const internal::GearBytes bytes(grid, memory);
+
   // --- scores and eviction, one dimension at a time ---
   for (int d = 0; d < num_dims; ++d) {
     const DimensionView& view = *views[d];
@@ -194,6 +212,8 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
         r.verdict = GearVerdict::kProtected;
       } else if (static_cast<int>(current.size()) <= o.min_gear_count_per_type) {
         r.verdict = GearVerdict::kMinCount;
+      } else if (ReplacementNeverFits(bytes, d, current, gear, o.min_gear_count_per_type)) {
+        r.verdict = GearVerdict::kReplacementNeverFits;
       } else {
         r.verdict = GearVerdict::kCandidate;
         candidates.push_back(rec.gears.size() - 1);
@@ -305,10 +325,6 @@ UpdateDecision DecideUpdate(const GearSet& gears, const WindowStats& stats,
   rec.addition_budget = budget;
   // The byte budget (memory_budget_bytes; not in the seed): this update's
   // evictions free their bytes first, then each addition must fit.
-  std::vector<std::vector<int64_t>> grid;
-  for (int d = 0; d < num_dims; ++d)
-    grid.emplace_back(gears.gears(d).begin(), gears.gears(d).end());
-  const internal::GearBytes bytes(grid, memory);
   int64_t projected = bytes.in_use();
   for (int d = 0; d < num_dims; ++d) {
     for (int64_t g : out.removed[d]) projected -= bytes.Freed(d, g);
@@ -375,6 +391,8 @@ std::string_view VerdictName(GearVerdict verdict) {
       return "protected";
     case GearVerdict::kMinCount:
       return "min_count";
+    case GearVerdict::kReplacementNeverFits:
+      return "replacement_never_fits";
     case GearVerdict::kCandidate:
       return "candidate";
     case GearVerdict::kReplaceLoss:
