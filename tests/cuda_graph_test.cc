@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "gearbox/backends/builtin.h"
 #include "gearbox/executor.h"
@@ -132,6 +135,87 @@ TEST(CudaGraph, OneArenaOfTheLargestLiveGearServesEveryGraph) {
   ASSERT_TRUE(c->Release().ok());
   ASSERT_TRUE(a->Release().ok());
   EXPECT_EQ(backend->arena_usage().held_bytes, 0);
+}
+
+// One execution slot per concurrent run: while one gear's graph is being
+// captured on slot 0 (its launch sequence waits on the host), another
+// gear's compile finds no free slot and takes a second, with its own stream
+// and buffer. Each gear then has a graph per slot it ran on; every run's
+// output is right (an identity model: y = x, copied on the device).
+TEST(CudaGraph, ConcurrentRunsTakeSeparateSlots) {
+  SKIP_WITHOUT_GPU();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool capturing = false, open = false;
+  CudaGraphOptions o;
+  TensorSpec x{"x", {kDLFloat, 32, 1}, {1, 1, 4}, {{0, 0}, {1, 1}}};
+  TensorSpec y = x;
+  y.name = "y";
+  o.signature.inputs = {x};
+  o.signature.outputs = {y};
+  o.launch = [&](cudaStream_t stream, std::span<const int64_t> gears, std::span<void* const> in,
+                 std::span<void* const> out, const int64_t*) -> absl::Status {
+    if (gears[1] == 32) {  // hold slot 0 until the other compile has taken slot 1
+      std::unique_lock<std::mutex> lock(mu);
+      capturing = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return open; });
+    }
+    const size_t bytes = static_cast<size_t>(gears[0] * gears[1] * 4) * sizeof(float);
+    if (cudaMemcpyAsync(out[0], in[0], bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+      return absl::InternalError("cudaMemcpyAsync");
+    return absl::OkStatus();
+  };
+  auto backend = MakeCudaGraphBackend(std::move(o));
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const int64_t large[] = {2, 32}, small[] = {1, 8};
+  absl::StatusOr<std::shared_ptr<Executable>> a;
+  std::thread holder([&] { a = (*backend)->Compile(large); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return capturing; });
+  }
+  auto b = (*backend)->Compile(small);  // slot 0 is busy: a second slot
+  ASSERT_TRUE(b.ok()) << b.status();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  holder.join();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ArenaUsage u = (*backend)->arena_usage();
+  EXPECT_EQ(u.slots, 2);
+  EXPECT_EQ(u.largest_need_bytes, (*a)->arena_bytes());
+  EXPECT_LE(u.held_bytes, 2 * (*a)->arena_bytes());
+  auto run = [](Executable& exe, std::span<const int64_t> gears) {
+    Tensor in(gears[0], gears[1], 4), out(gears[0], gears[1], 4);
+    for (size_t i = 0; i < in.data.size(); ++i) in.data[i] = static_cast<float>(i);
+    const DLTensor ins[] = {in.dl};
+    const DLTensor outs[] = {out.dl};
+    EXPECT_TRUE(exe.Run(ins, outs, {2, gears.data(), gears.data()}).ok());
+    return out.data == in.data;
+  };
+  // Runs from four threads at once: each takes a free slot (or a new one),
+  // capturing the gear's graph on it where it has none yet; every output is
+  // right, and the slots hold at most slots x the largest need.
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const bool ok = t % 2 ? run(**a, large) : run(**b, small);
+        if (!ok) wrong.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  u = (*backend)->arena_usage();
+  EXPECT_LE(u.held_bytes, u.slots * u.largest_need_bytes);
+  ASSERT_TRUE((*a)->Release().ok());
+  ASSERT_TRUE((*b)->Release().ok());
+  EXPECT_EQ((*backend)->arena_usage().held_bytes, 0);
 }
 
 // The probe counts what this process holds on the device, and names a device

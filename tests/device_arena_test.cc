@@ -71,5 +71,31 @@ TEST(DeviceArena, TwoGearsOfTheSameNeedShrinkOnlyWhenBothAreGone) {
   EXPECT_EQ(a.capacity(), 0);
 }
 
+TEST(DeviceArena, ARunTakesAFreeSlotOrANewOne) {
+  SlotList slots;
+  bool created = false;
+  EXPECT_EQ(slots.Checkout(&created), 0);
+  EXPECT_TRUE(created);
+  EXPECT_EQ(slots.Checkout(&created), 1);  // slot 0 is busy
+  EXPECT_TRUE(created);
+  slots.Return(0);
+  EXPECT_EQ(slots.Checkout(&created), 0);  // free again: reused
+  EXPECT_FALSE(created);
+  slots.Return(1);
+  slots.Return(0);
+  EXPECT_EQ(slots.count(), 2);  // the most runs in flight at once
+  EXPECT_EQ(slots.free().size(), 2u);
+}
+
+TEST(DeviceArena, ASlotGrowsToTheCapacityOnceAndShrinksAboveIt) {
+  EXPECT_EQ(SlotGrowBytes(0, 100, 300), 300);    // empty: to the largest live need
+  EXPECT_EQ(SlotGrowBytes(300, 200, 300), 0);    // holds enough
+  EXPECT_EQ(SlotGrowBytes(100, 100, 300), 0);    // enough for this run: no growth
+  EXPECT_EQ(SlotGrowBytes(100, 200, 300), 300);  // a larger run: to the capacity, once
+  EXPECT_TRUE(SlotShrinks(300, 200));            // the largest gear went
+  EXPECT_FALSE(SlotShrinks(200, 200));
+  EXPECT_FALSE(SlotShrinks(100, 200));
+}
+
 }  // namespace
 }  // namespace gearbox::internal

@@ -3,16 +3,18 @@
 // stream into a CUDA graph, instantiates it once and replays it for every
 // run; Release() destroys the graph.
 //
-// Memory: one device arena per backend (its one execution slot, with one
-// stream) holds every gear's inputs, outputs and device array of the run's
-// valid sizes per dimension (int64, so kernels can mask padding), at
-// offsets from one base: each gear's graph is captured against the same
-// addresses, so the arena is the largest live gear's buffers, not their sum
-// (Executable::arena_bytes, Backend::arena_usage). It grows when a larger
-// gear compiles and shrinks when the largest is released; the graphs
-// captured before such a move are captured again at their next run. A run
-// copies the (host) inputs in, replays the graph and copies the outputs out
-// on the arena's stream; runs of all gears take turns (one slot).
+// Memory: one device arena per backend, of execution slots (one per
+// concurrent run, each a stream and a device buffer). A slot's buffer holds
+// a gear's inputs, outputs and device array of the run's valid sizes per
+// dimension (int64, so kernels can mask padding), at offsets from its base;
+// each gear's graph is captured per slot against those addresses, so a slot
+// is the largest live gear's buffers, not their sum (Executable::arena_bytes,
+// Backend::arena_usage). A slot grows when a run needs more than it holds
+// and shrinks when the largest live gear is released; a gear's graph
+// captured on a slot before such a move is captured again at its next run
+// there. A run checks a slot out, copies the (host) inputs in, replays the
+// graph and copies the outputs out on the slot's stream, and returns it:
+// runs on different slots proceed at once (docs/MEMORY.md).
 #ifndef GEARBOX_BACKENDS_CUDA_GRAPH_H_
 #define GEARBOX_BACKENDS_CUDA_GRAPH_H_
 

@@ -1,19 +1,22 @@
 // The CUDA Graph backend's device arena, as bookkeeping (no CUDA here, so
-// it is tested where no GPU is): where each gear's tensors sit in the
-// arena, and when the arena must change size.
+// it is tested where no GPU is): where each gear's tensors sit in a slot's
+// buffer, how large the arena's slots must be, and which slot a run gets.
 //
-// Every gear's graph is captured against the same arena: its inputs, its
-// outputs and its valid-size array at offsets from the arena's base, so the
-// arena holds the largest live gear once instead of every gear's buffers.
-// The arena grows when a gear larger than it compiles and shrinks when the
-// largest live gear is released; each change of its size is a new
-// generation, and a graph captured in an older generation is captured
-// again (on the new base) before its next run.
+// The arena has one execution slot per concurrent run (a stream and a
+// device buffer each). Every gear's graph is captured per slot against that
+// slot's buffer: its inputs, its outputs and its valid-size array at
+// offsets from the slot's base, so each slot holds the largest live gear
+// once instead of every gear's buffers. A slot grows when a run needs more
+// than it holds and shrinks when the largest live gear is released; each
+// allocation of a slot's buffer is a new generation of that slot, and a
+// graph captured on it in an older generation is captured again (on the
+// new base) before its next run there.
 //
 // Thread-safety: none; the backend calls it under its arena mutex.
 #ifndef GEARBOX_SRC_BACKENDS_CUDA_DEVICE_ARENA_H_
 #define GEARBOX_SRC_BACKENDS_CUDA_DEVICE_ARENA_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <set>
@@ -104,6 +107,41 @@ class ArenaSizer {
   int64_t capacity_ = 0;
   uint64_t generation_ = 0;
 };
+
+// The arena's execution slots: a run checks a free slot out (a new one when
+// every slot is busy, so there are as many slots as runs were ever in
+// flight at once) and returns it; no slot serves two runs at once. Slots are
+// indexes 0, 1, ...; they are never destroyed before the arena.
+class SlotList {
+ public:
+  // A free slot, or a new one (`*created` true).
+  int Checkout(bool* created) {
+    *created = free_.empty();
+    if (*created) return count_++;
+    const int slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  void Return(int slot) { free_.push_back(slot); }
+  const std::vector<int>& free() const { return free_; }
+  int count() const { return count_; }
+
+ private:
+  std::vector<int> free_;
+  int count_ = 0;
+};
+
+// What a slot holding `held` bytes must be given for a run that needs
+// `need`, the arena's capacity (its largest live need) being `capacity`: 0
+// when it holds enough, else the capacity (it grows once, not once per
+// larger gear; the backend tries `need` alone when that allocation fails).
+inline int64_t SlotGrowBytes(int64_t held, int64_t need, int64_t capacity) {
+  return held >= need ? 0 : std::max(need, capacity);
+}
+
+// Whether a slot holding `held` bytes is shrunk to `capacity`: it holds more
+// than the largest live gear needs (when free at once, else when returned).
+inline bool SlotShrinks(int64_t held, int64_t capacity) { return held > capacity; }
 
 }  // namespace gearbox::internal
 
