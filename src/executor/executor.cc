@@ -36,6 +36,17 @@ bool IsOutOfMemory(const absl::Status& s) {
   return s.code() == absl::StatusCode::kResourceExhausted;
 }
 
+// A backend arena in use: a gear's predicted memory is then its arena need.
+bool ArenaInUse(const ArenaUsage& arena) {
+  return arena.slots != 0 || arena.largest_need_bytes != 0;
+}
+
+// What a gear predicted at `predicted` bytes takes with no other gear held:
+// with an arena, its need in every slot.
+int64_t AloneBytesOf(int64_t predicted, const ArenaUsage& arena) {
+  return ArenaInUse(arena) ? predicted * std::max(1, arena.slots) : predicted;
+}
+
 bool Compact(const DLTensor& t) {
   if (t.strides == nullptr) return true;
   int64_t expected = 1;
@@ -263,7 +274,7 @@ absl::StatusOr<int64_t> GearedExecutor::PredictAddedBytes(std::span<const int64_
   const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
   if (!predicted.ok()) return predicted.status();
   const ArenaUsage arena = backend_->arena_usage();
-  if (arena.slots == 0 && arena.largest_need_bytes == 0) return *predicted;
+  if (!ArenaInUse(arena)) return *predicted;
   // An arena in use: the predicted memory is the gear's arena need.
   const int64_t bound = std::max(
       arena.held_bytes, std::max(arena.largest_need_bytes, *predicted) * std::max(1, arena.slots));
@@ -455,9 +466,7 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::Compile(
 absl::StatusOr<int64_t> GearedExecutor::PredictAloneBytes(std::span<const int64_t> gears) const {
   const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
   if (!predicted.ok()) return predicted.status();
-  const ArenaUsage arena = backend_->arena_usage();
-  if (arena.slots == 0 && arena.largest_need_bytes == 0) return *predicted;
-  return *predicted * std::max(1, arena.slots);
+  return AloneBytesOf(*predicted, backend_->arena_usage());
 }
 
 bool GearedExecutor::PredictedOverBudget(std::span<const int64_t> gears, int64_t* adds,
@@ -468,10 +477,8 @@ bool GearedExecutor::PredictedOverBudget(std::span<const int64_t> gears, int64_t
   if (!predicted.ok()) return false;  // not yet predictable: compile, check after
   const ArenaUsage arena = backend_->arena_usage();
   const int64_t pool = runtime_->pool().bytes();
-  *never_fits = (arena.slots == 0 && arena.largest_need_bytes == 0
-                     ? *predicted
-                     : *predicted * std::max(1, arena.slots)) > budget;
-  if (arena.slots == 0 && arena.largest_need_bytes == 0) {
+  *never_fits = AloneBytesOf(*predicted, arena) > budget;
+  if (!ArenaInUse(arena)) {
     *adds = *predicted;
     return pool + *predicted > budget;
   }
