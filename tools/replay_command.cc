@@ -475,7 +475,6 @@ int RunFleetReplay(const ReplayFlags& f) {
   for (const auto& [flag, set] : {std::pair{"--execute", !f.execute.empty()},
                                   {"--optimum", f.optimum},
                                   {"--plot", !f.plot.empty()},
-                                  {"--decisions", !f.decisions.empty()},
                                   {"--update-at", !f.update_at.empty()}}) {
     if (set) return Fail(absl::InvalidArgumentError(fmt::format("{}: not with --replicas", flag)));
   }
@@ -530,6 +529,14 @@ int RunFleetReplay(const ReplayFlags& f) {
     FleetReplayOptions o = base;
     static_cast<ReplayRunOptions&>(o) = run;
     o.max_updates = f.max_updates;
+    if (AtomicFile* decisions = outputs.decisions.get()) {
+      // One line per replica's update: its record with the replica first.
+      o.on_replica_update = [decisions](int replica, const UpdateRecord& rec) {
+        const std::string line = UpdateRecordToJson(rec);
+        decisions->stream() << "{\"replica\":" << replica << (line.size() > 2 ? "," : "")
+                            << line.substr(1) << '\n';
+      };
+    }
     auto r = FleetReplay(*config, *trace, o);
     if (!r.ok()) return Fail(r.status());
     std::printf("fleet replay: %s, %zu replicas, store %s%s%s\n", r->policy.c_str(),

@@ -18,6 +18,7 @@
 #define GEARBOX_FLEET_REPLAY_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -78,6 +79,10 @@ struct FleetReplayOptions : ReplayRunOptions {
   FleetFingerprint fingerprint;
   // Width of the per-replica waste buckets (the joining replica's catch-up), seconds.
   double bucket_seconds = 60.0;
+  // Called after each replica's update with its index (the replay's
+  // thread), as on_update is for every replica's: `gearbox replay
+  // --replicas N --decisions FILE` writes them with a "replica" field.
+  std::function<void(int replica, const UpdateRecord&)> on_replica_update;
 };
 
 // "--replica-split": "round-robin" or "hash:COLUMN".

@@ -282,6 +282,10 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     r.result.replica = index;
     r.result.joined_at = at;
     RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &r.clock, &r.pool);
+    // Sharing, a replica plans from the fleet's window: its first plan
+    // waits for the fleet's min_window_weight requests (its share of them),
+    // not for that many of its own (N times longer).
+    if (options.share_stats) ro.replan.min_window_weight /= options.replicas;
     if (options.share_stats) {
       FleetStatsOptions fo;
       fo.replica_id = Cat("replica-", index);
@@ -323,7 +327,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     ReplicaReplayResult* result = &r.result;
     std::vector<double>* times = &r.update_times;
     Replica* self = &r;
-    ro.on_update = [result, times, self, leads, &options,
+    ro.on_update = [result, times, self, leads, index, &options,
                     &leader_updated](const UpdateRecord& rec) {
       times->push_back(rec.time);
       if (self->plan != nullptr && leads) {
@@ -335,6 +339,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       ++result->updates;
       if (rec.changed) ++result->updates_changed;
       if (options.on_update) options.on_update(rec);
+      if (options.on_replica_update) options.on_replica_update(index, rec);
     };
     auto created = AdaptiveGearRuntime::Create(config.dims, ro);
     if (!created.ok()) return created.status();
@@ -346,6 +351,37 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     SyncArtifacts(r);  // and its graphs (prewarmed from the fleet's artifacts)
     r.result.prewarm_compiles = r.result.compiles;
     r.result.prewarm_loads = r.result.artifact_loads;
+    return absl::OkStatus();
+  };
+  // With a fleet plan the leader's checks drive the followers (static
+  // policy, no schedule of their own). Before a check that updates, each
+  // follower runs an update (which pushes its window's slots through the
+  // merge hook), so the leader plans from the fleet's traffic up to then
+  // (bar each follower's newest slot, within push_lag_seconds; the merge
+  // fills it); after the leader's update the followers adopt the plan.
+  const auto LeaderChecksThrough = [&](double t) -> absl::Status {
+    Replica& leader = *replicas[0];
+    for (double at = leader.schedule->NextTime(); at <= t; at = leader.schedule->NextTime()) {
+      if (leader.runtime->CheckTrigger(at).has_value()) {
+        for (size_t k = 1; k < replicas.size(); ++k) {
+          Replica& f = *replicas[k];
+          if (!f.active) continue;
+          f.clock.Set(at);
+          if (auto s = f.runtime->RunOnce(at); !s.ok()) return s.status();
+        }
+      }
+      if (auto s = leader.schedule->RunThrough(at); !s.ok()) return s;
+      SyncArtifacts(leader);
+      if (!leader_updated) continue;
+      leader_updated = false;
+      for (size_t k = 1; k < replicas.size(); ++k) {
+        Replica& f = *replicas[k];
+        if (!f.active) continue;
+        f.clock.Set(at);
+        Adopt(f, at);
+        SyncArtifacts(f);
+      }
+    }
     return absl::OkStatus();
   };
   // With only_replica the other replicas are not simulated in this process:
@@ -382,21 +418,13 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         if (auto s = start(last, options.replicas - 1, t); !s.ok()) return s;
       }
     }
+    if (options.fleet_plan && replicas[0]->active) {
+      if (auto s = LeaderChecksThrough(t); !s.ok()) return s;
+    }
     for (auto& r : replicas) {
       if (!r->active) continue;
       if (auto s = r->schedule->RunThrough(t); !s.ok()) return s;
       SyncArtifacts(*r);
-    }
-    if (leader_updated) {
-      leader_updated = false;
-      for (size_t k = 1; k < replicas.size(); ++k) {
-        Replica& f = *replicas[k];
-        if (!f.active) continue;
-        f.clock.Set(t);
-        if (auto s = f.runtime->RunOnce(t); !s.ok()) return s.status();
-        Adopt(f, t);
-        SyncArtifacts(f);
-      }
     }
     const int active = last_joined ? options.replicas : options.replicas - 1;
     const int64_t* row = trace.row(i);
