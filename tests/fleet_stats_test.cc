@@ -279,6 +279,31 @@ TEST_P(FleetStatsTest, TheNewestSlotsAreFilledToTheFleetsTraffic) {
   }
 }
 
+// At the fleet's start (no bucket in the window yet) the local window
+// stands for the fleet's when its size is known: weights times
+// expected_replicas; unknown (0), exactly local.
+TEST_P(FleetStatsTest, BeforeAnyBucketTheLocalWindowIsScaledToTheFleet) {
+  for (const double expected : {4.0, 0.0}) {
+    FleetStatsOptions fo;
+    fo.replica_id = "first";
+    fo.expected_replicas = expected;
+    FleetFingerprint model = kModel;
+    model.model_id = expected > 0 ? "scaled" : "unscaled";
+    auto sync = FleetStatsSync::Create(store_.get(), model, {"SEQLEN"}, AdaptiveOptions{}, fo,
+                                       [](LogLevel, std::string_view) {});
+    ASSERT_TRUE(sync.ok()) << sync.status();
+    WindowStats stats;
+    DimensionStats& d = stats.dimensions.emplace_back();
+    d.name = "SEQLEN";
+    d.sizes = {{100, 2.0}};
+    d.slot_sizes = {{0, {{100, 2.0}}}};  // slot 0 ([0, 10) s) has not ended at 5 s
+    clock_.Set(5.0);
+    (*sync)->Merge(5.0, &stats);
+    EXPECT_EQ((*sync)->counters().local_only, 1u);
+    EXPECT_NEAR(stats.dimensions[0].sizes[0].weight, expected > 0 ? 8.0 : 2.0, 1e-12);
+  }
+}
+
 // A corrupt or hostile bucket is left out with a logged error; the update
 // goes on with what is valid.
 TEST_P(FleetStatsTest, AHostileBucketIsRejectedAndLogged) {
@@ -357,6 +382,11 @@ TEST(FleetStatsSyncTest, OptionsAreValidatedNamingTheField) {
   EXPECT_NE(s.status().message().find("fleet.fill_recent_seconds: 301"), absl::string_view::npos)
       << s.status();
   fo.fill_recent_seconds = 90;
+  fo.expected_replicas = -1;
+  s = FleetStatsSync::Create(&store, kModel, {"SEQLEN"}, AdaptiveOptions{}, fo);
+  EXPECT_NE(s.status().message().find("fleet.expected_replicas: -1"), absl::string_view::npos)
+      << s.status();
+  fo.expected_replicas = 0;
   FleetFingerprint none;
   EXPECT_FALSE(FleetStatsSync::Create(&store, none, {"SEQLEN"}, AdaptiveOptions{}, fo).ok());
   EXPECT_FALSE(FleetStatsSync::Create(nullptr, kModel, {"SEQLEN"}, AdaptiveOptions{}, fo).ok());

@@ -73,6 +73,12 @@ struct FleetStatsOptions {
   // and the plan has fewer gears than one runtime serving the whole
   // traffic would (docs/FLEET.md measures it). 0: off. 0..window_seconds.
   double fill_recent_seconds = 90.0;
+  // The replicas the fleet has, when known (kFleetTotal; 0: unknown). While
+  // no bucket of the fleet is in the window (the fleet's start: nobody has
+  // pushed a complete slot yet) the local window's weights are multiplied
+  // by it, so the first plan weighs the traffic as the fleet's, not as one
+  // replica's share of it. 0..1e6.
+  double expected_replicas = 0;
 };
 
 // A bucket as read back: how many replicas pushed it and, per dimension,

@@ -321,7 +321,14 @@ class FleetStatsSync::Impl {
     counters.fleet_replicas_seen = newest_replicas;
     if (!any_fleet) {
       ++counters.local_only;
-      return;  // nothing shared yet: exactly the local statistics
+      // Nothing shared yet (the fleet's start: no complete slot pushed):
+      // the local window, scaled to the fleet's size when it is known.
+      if (options.weighting == FleetWeighting::kFleetTotal && options.expected_replicas > 1) {
+        for (DimensionStats& ds : stats->dimensions) {
+          for (WeightedSize& w : ds.sizes) w.weight *= options.expected_replicas;
+        }
+      }
+      return;
     }
     ++counters.merges;
     for (size_t d = 0; d < dimensions.size(); ++d) {
@@ -377,6 +384,10 @@ absl::StatusOr<std::unique_ptr<FleetStatsSync>> FleetStatsSync::Create(
     return internal::InvalidFieldValue(
         "fleet.fill_recent_seconds", options.fill_recent_seconds,
         Cat("seconds in [0, window_seconds = ", adaptive.window_seconds, "] (0: off)"));
+  }
+  if (!(options.expected_replicas >= 0 && options.expected_replicas <= kMaxReplicas)) {
+    return internal::InvalidFieldValue("fleet.expected_replicas", options.expected_replicas,
+                                       "replicas in [0, 1e6] (0: unknown)");
   }
   if (dimensions.empty() || dimensions.size() > 64) {
     return internal::InvalidField("dimensions", Cat(dimensions.size(), " names"), "1..64");

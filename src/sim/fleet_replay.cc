@@ -290,6 +290,12 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       FleetStatsOptions fo;
       fo.replica_id = Cat("replica-", index);
       fo.weighting = options.weighting;
+      // The fleet's size at the start (the first plan weighs the fleet's traffic).
+      fo.expected_replicas = options.join_at.has_value() ? options.replicas - 1 : options.replicas;
+      // A replay records each request's event at its row's time, before
+      // any later update: no event lands late, so a slot is pushed as soon
+      // as it ends (a runtime serving on threads keeps the default lag).
+      fo.push_lag_seconds = 0;
       auto sync = FleetStatsSync::Create(&store, fingerprint, names, config.adaptive, fo,
                                          [](LogLevel, std::string_view) {});
       if (!sync.ok()) return sync.status();
@@ -357,8 +363,8 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   // policy, no schedule of their own). Before a check that updates, each
   // follower runs an update (which pushes its window's slots through the
   // merge hook), so the leader plans from the fleet's traffic up to then
-  // (bar each follower's newest slot, within push_lag_seconds; the merge
-  // fills it); after the leader's update the followers adopt the plan.
+  // (every slot ended by then: push_lag_seconds is 0 here); after the
+  // leader's update the followers adopt the plan.
   const auto LeaderChecksThrough = [&](double t) -> absl::Status {
     Replica& leader = *replicas[0];
     for (double at = leader.schedule->NextTime(); at <= t; at = leader.schedule->NextTime()) {
