@@ -666,6 +666,25 @@ TEST_F(Cli, AFleetOfThreeProcessesAgainstOneRedis) {
   EXPECT_GT(std::stoi(r.output.substr(at + 10)), 0) << r.output;  // artifact loads
 }
 
+// The same with one plan: the lease in Redis decides which process plans; a
+// version is published and every row is served once.
+TEST_F(Cli, AFleetOfProcessesSharesOnePlanThroughRedis) {
+  std::string line = "GEARBOX=";
+  line.append(GEARBOX_TOOL).append(" " GEARBOX_SOURCE_DIR "/scripts/fleet-example.sh ");
+  line.append(P("config.json")).append(" ").append(P("trace.csv")).append(" 3 --fleet-plan");
+  const ToolRun r = Shell(line);
+  if (r.code == 77) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("one plan (the lease decides who leads)"));
+  for (const char* p : {"plan: replica 0 ", "plan: replica 1 ", "plan: replica 2 "}) {
+    EXPECT_THAT(r.output, HasSubstr(p));
+  }
+  EXPECT_THAT(r.output, HasSubstr("fleet of 3 processes: 2000 requests"));
+  const size_t at = r.output.find("one plan: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_GT(std::stoi(r.output.substr(at + 10)), 0) << r.output;  // versions published
+}
+
 // Without a redis-server the script says so and exits 77 (a skip), starting nothing.
 TEST_F(Cli, TheFleetExampleSkipsCleanlyWithoutRedis) {
   std::string line = "GEARBOX_REDIS_SERVER=/nonexistent/redis-server GEARBOX=";

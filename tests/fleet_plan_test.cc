@@ -162,6 +162,29 @@ TEST_P(FleetPlanTest, AnotherReplicaTakesOverWhenTheLeaseLapses) {
   EXPECT_FALSE(sa->Step(runtimes_[0].get(), 101)->leader);
 }
 
+// Lead before an update: the first replica takes the lease and renews it,
+// the other does not get it; once the holder resigns the other takes over
+// at once (not after lease_ms); a replica that may not lead never leads.
+TEST_P(FleetPlanTest, LeadTakesTheLeaseAndResignHandsItOn) {
+  auto sa = Sync("a");
+  auto sb = Sync("b");
+  EXPECT_TRUE(*sa->Lead());
+  EXPECT_TRUE(*sa->Lead());  // renewed
+  EXPECT_FALSE(*sb->Lead());
+  EXPECT_TRUE(sb->Resign().ok());  // not the holder: nothing happens
+  EXPECT_FALSE(*sb->Lead());
+  ASSERT_TRUE(sa->Resign().ok());
+  EXPECT_TRUE(*sb->Lead());
+  EXPECT_FALSE(*sa->Lead());
+  FleetPlanOptions o;
+  o.replica_id = "canary";
+  o.may_lead = false;
+  auto canary = *FleetPlanSync::Create(store_.get(), kModel, {"SEQLEN"}, o);
+  ASSERT_TRUE(sb->Resign().ok());
+  EXPECT_FALSE(*canary->Lead());
+  EXPECT_TRUE(*sa->Lead());
+}
+
 TEST_P(FleetPlanTest, ACorruptPlanIsNeverAdoptedAndTheLeaderReplacesIt) {
   ASSERT_TRUE(*store_->CompareAndSet(FleetKeyPrefix(kModel) + ":plan", 0,
                                      "gearbox-plan 1\nleader x\ntime 1\ndim SEQLEN 8,4", 0));

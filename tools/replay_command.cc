@@ -541,7 +541,9 @@ int RunFleetReplay(const ReplayFlags& f) {
     if (!r.ok()) return Fail(r.status());
     std::printf("fleet replay: %s, %zu replicas, store %s%s%s\n", r->policy.c_str(),
                 r->replicas.size(), r->store.c_str(), r->share_stats ? "" : " (isolated)",
-                r->fleet_plan ? ", one plan (replica 0 leads)" : "");
+                !r->fleet_plan               ? ""
+                : o.only_replica.has_value() ? ", one plan (the lease decides who leads)"
+                                             : ", one plan (replica 0 leads)");
     std::printf("%8s %9s %10s %9s %8s %7s %7s %8s %7s\n", "replica", "joined", "requests", "waste",
                 "compiles", "graphs", "updates", "merges", "loads");
     for (const ReplicaReplayResult& x : r->replicas) {
@@ -558,6 +560,13 @@ int RunFleetReplay(const ReplayFlags& f) {
                 static_cast<unsigned long long>(r->compiles),
                 static_cast<unsigned long long>(r->final_graphs), "", "",
                 static_cast<unsigned long long>(r->artifact_loads));
+    if (r->fleet_plan) {
+      for (const ReplicaReplayResult& x : r->replicas) {
+        std::printf("plan: replica %d published %llu versions, adopted %llu\n", x.replica,
+                    static_cast<unsigned long long>(x.plan_publications),
+                    static_cast<unsigned long long>(x.plan_adoptions));
+      }
+    }
     std::printf(
         "store: %llu calls (%llu failed, %llu refused by the breaker), %llu bytes sent, "
         "%llu received\n",

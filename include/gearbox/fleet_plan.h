@@ -89,6 +89,16 @@ class GEARBOX_EXPORT FleetPlanSync {
   // fails validation is an error (logged by the caller), never adopted.
   absl::StatusOr<FleetPlanStep> Step(AdaptiveGearRuntime* runtime, double now);
 
+  // Before an update: takes the leader's lease when it is free, or renews
+  // it when this replica holds it; true when it does (the caller then plans,
+  // e.g. AdaptiveGearRuntime::SetUpdatePolicy(kReplan), and publishes with
+  // Step; else it follows: kStatic, and Step adopts). false with may_lead
+  // false. The store down: its status (the caller keeps its role).
+  absl::StatusOr<bool> Lead();
+  // Gives the lease up when this replica holds it (it stops: another takes
+  // over at its next Lead instead of after lease_ms).
+  absl::Status Resign();
+
  private:
   class Impl;
   explicit FleetPlanSync(std::unique_ptr<Impl> impl);

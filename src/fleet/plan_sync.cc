@@ -126,6 +126,18 @@ class FleetPlanSync::Impl {
     return gears;
   }
 
+  absl::StatusOr<bool> Lead() {
+    MutexLock lock(&mu);
+    if (!options.may_lead) return false;
+    return store->AcquireLease(lease_key, options.replica_id, options.lease_ms);
+  }
+
+  absl::Status Resign() {
+    MutexLock lock(&mu);
+    if (!options.may_lead) return absl::OkStatus();
+    return store->ReleaseLease(lease_key, options.replica_id);
+  }
+
   absl::StatusOr<FleetPlanStep> Step(AdaptiveGearRuntime* runtime, double now) {
     MutexLock lock(&mu);
     FleetPlanStep step;
@@ -248,5 +260,9 @@ absl::StatusOr<FleetPlanStep> FleetPlanSync::Step(AdaptiveGearRuntime* runtime, 
   if (runtime == nullptr) return internal::InvalidField("runtime", "null", "a runtime");
   return impl_->Step(runtime, now);
 }
+
+absl::StatusOr<bool> FleetPlanSync::Lead() { return impl_->Lead(); }
+
+absl::Status FleetPlanSync::Resign() { return impl_->Resign(); }
 
 }  // namespace gearbox

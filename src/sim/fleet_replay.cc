@@ -56,6 +56,7 @@ struct Replica {
   ReplicaReplayResult result;
   std::vector<double> update_times;
   bool active = false;
+  bool leading = false;  // a fleet of processes: holds the plan's lease (plans)
 };
 
 constexpr int64_t kMaxArtifactBytes = int64_t{64} << 20;
@@ -187,10 +188,6 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       return internal::InvalidField("--replica-index", Cat(*options.only_replica),
                                     "only with --fleet-id ID (the same in every process)");
     }
-    if (options.fleet_plan) {
-      return internal::InvalidField("--replica-index", Cat(*options.only_replica),
-                                    "not with --fleet-plan (not supported across processes yet)");
-    }
   }
   if (options.artifact_bytes < 1 || options.artifact_bytes > kMaxArtifactBytes) {
     return internal::InvalidFieldValue("--artifact-bytes", options.artifact_bytes,
@@ -277,6 +274,17 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       r.result.peak_graphs = std::max<uint64_t>(r.result.peak_graphs, r.alive.size());
     }
   };
+  // A fleet of processes with one plan: before each of its updates a
+  // replica takes or renews the lease (the store down: it keeps its role)
+  // and runs the run's policy while it leads, the static one while it
+  // follows.
+  const bool process_fleet = options.fleet_plan && options.only_replica.has_value();
+  const auto TakeRole = [&options](Replica& r) -> absl::Status {
+    absl::StatusOr<bool> lead = r.plan->Lead();
+    const bool leads = lead.ok() ? *lead : r.leading;
+    r.leading = leads;
+    return r.runtime->SetUpdatePolicy(leads ? options.policy : UpdatePolicy::kStatic);
+  };
   auto start = [&](Replica& r, int index, double at) -> absl::Status {
     r.clock.Set(at);
     r.result.replica = index;
@@ -320,11 +328,13 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       if (!artifacts.ok()) return artifacts.status();
       r.artifacts = *std::move(artifacts);
     }
-    const bool leads = index == 0;
+    // In one process replica 0 leads for the whole run; in a fleet of
+    // processes the lease decides, at every check (ProcessChecksThrough).
+    const bool leads = index == 0 && !process_fleet;
     if (options.fleet_plan) {
       FleetPlanOptions po;
       po.replica_id = Cat("replica-", index);
-      po.may_lead = leads;
+      po.may_lead = leads || process_fleet;
       auto plan = FleetPlanSync::Create(&store, fingerprint, names, po);
       if (!plan.ok()) return plan.status();
       r.plan = *std::move(plan);
@@ -350,10 +360,13 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     auto created = AdaptiveGearRuntime::Create(config.dims, ro);
     if (!created.ok()) return created.status();
     r.runtime = *std::move(created);
+    if (r.plan != nullptr && process_fleet) {
+      if (auto s = TakeRole(r); !s.ok()) return s;
+    }
     r.schedule =
         std::make_unique<internal::ReplaySchedule>(options, at, t_end, r.runtime.get(), &r.clock);
     r.active = true;
-    if (r.plan != nullptr && !leads) Adopt(r, at);  // the fleet's plan before the first request
+    if (r.plan != nullptr && !leads && !r.leading) Adopt(r, at);  // the fleet's plan first
     SyncArtifacts(r);  // and its graphs (prewarmed from the fleet's artifacts)
     r.result.prewarm_compiles = r.result.compiles;
     r.result.prewarm_loads = r.result.artifact_loads;
@@ -387,6 +400,25 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         Adopt(f, at);
         SyncArtifacts(f);
       }
+    }
+    return absl::OkStatus();
+  };
+  // A fleet of processes: at each of its checks the replica takes its role,
+  // updates (the leader its policy's check; a follower an update that
+  // pushes its statistics), then publishes or adopts.
+  const auto ProcessChecksThrough = [&](Replica& r, double t) -> absl::Status {
+    for (double at = r.schedule->NextTime(); at <= t; at = r.schedule->NextTime()) {
+      if (auto s = TakeRole(r); !s.ok()) return s;
+      const uint64_t updates = r.result.updates;
+      if (auto s = r.schedule->RunThrough(at); !s.ok()) return s;
+      if (!r.leading && r.result.updates == updates) {
+        r.clock.Set(at);
+        if (auto s = r.runtime->RunOnce(at); !s.ok()) return s.status();
+      }
+      absl::StatusOr<FleetPlanStep> step = r.plan->Step(r.runtime.get(), at);
+      if (step.ok() && step->published) ++r.result.plan_publications;
+      if (step.ok() && step->adopted) ++r.result.plan_adoptions;
+      SyncArtifacts(r);
     }
     return absl::OkStatus();
   };
@@ -424,8 +456,14 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         if (auto s = start(last, options.replicas - 1, t); !s.ok()) return s;
       }
     }
-    if (options.fleet_plan && replicas[0]->active) {
+    if (options.fleet_plan && !process_fleet && replicas[0]->active) {
       if (auto s = LeaderChecksThrough(t); !s.ok()) return s;
+    }
+    if (process_fleet) {
+      for (auto& r : replicas) {
+        if (!r->active) continue;
+        if (auto s = ProcessChecksThrough(*r, t); !s.ok()) return s;
+      }
     }
     for (auto& r : replicas) {
       if (!r->active) continue;
@@ -482,6 +520,8 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   for (auto& r : replicas) {
     if (!r->active) continue;
     if (auto s = r->schedule->RunRest(); !s.ok()) return s;
+    // Done: a process that leads hands the lease on (the others still run).
+    if (process_fleet) (void)r->plan->Resign();
   }
 
   FleetReplayResult out;
