@@ -111,7 +111,7 @@ fi
 python3 - "$dir" "$n" <<'PY'
 import json, sys
 d, n = sys.argv[1], int(sys.argv[2])
-req = compiles = loads = published = adopted = 0
+req = compiles = loads = published = adopted = notified = 0
 plan = False
 for i in range(n):
     runs = json.load(open(f"{d}/replica-{i}.json"))
@@ -122,8 +122,10 @@ for i in range(n):
         loads += x["artifact_loads"]
         published += x["plan_publications"]
         adopted += x["plan_adoptions"]
+        notified += x["plan_notified_adoptions"]
 line = f"fleet of {n} processes: {req} requests, {compiles} compiles, {loads} artifact loads"
 if plan:
-    line += f"; one plan: {published} versions published, {adopted} adoptions"
+    line += (f"; one plan: {published} versions published, {adopted} adoptions"
+             f" ({notified} on an announcement)")
 print(line)
 PY

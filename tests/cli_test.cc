@@ -680,6 +680,7 @@ TEST_F(Cli, AFleetOfProcessesSharesOnePlanThroughRedis) {
     EXPECT_THAT(r.output, HasSubstr(p));
   }
   EXPECT_THAT(r.output, HasSubstr("fleet of 3 processes: 2000 requests"));
+  EXPECT_THAT(r.output, HasSubstr("on an announcement)"));  // followers watch the channel
   const size_t at = r.output.find("one plan: ");
   ASSERT_NE(at, std::string::npos) << r.output;
   EXPECT_GT(std::stoi(r.output.substr(at + 10)), 0) << r.output;  // versions published

@@ -466,6 +466,13 @@ class GatedStore final : public FleetStore {
       std::span<const std::string> keys) override {
     return inner_->GetStrings(keys);
   }
+  absl::StatusOr<int64_t> Publish(std::string_view channel, std::string_view message) override {
+    return inner_->Publish(channel, message);
+  }
+  absl::StatusOr<std::unique_ptr<FleetSubscription>> Subscribe(
+      std::string_view channel, std::function<void(std::string_view)> on_message) override {
+    return inner_->Subscribe(channel, std::move(on_message));
+  }
   FleetStoreCounters counters() const override { return inner_->counters(); }
   std::string Describe() const override { return "gated"; }
 

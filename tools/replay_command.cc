@@ -562,9 +562,11 @@ int RunFleetReplay(const ReplayFlags& f) {
                 static_cast<unsigned long long>(r->artifact_loads));
     if (r->fleet_plan) {
       for (const ReplicaReplayResult& x : r->replicas) {
-        std::printf("plan: replica %d published %llu versions, adopted %llu\n", x.replica,
-                    static_cast<unsigned long long>(x.plan_publications),
-                    static_cast<unsigned long long>(x.plan_adoptions));
+        std::printf(
+            "plan: replica %d published %llu versions, adopted %llu (%llu on an announcement)\n",
+            x.replica, static_cast<unsigned long long>(x.plan_publications),
+            static_cast<unsigned long long>(x.plan_adoptions),
+            static_cast<unsigned long long>(x.plan_notified_adoptions));
       }
     }
     std::printf(

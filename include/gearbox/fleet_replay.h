@@ -111,9 +111,12 @@ struct ReplicaReplayResult {
   uint64_t peak_graphs = 0;
   uint64_t final_graphs = 0;
   std::vector<std::vector<int64_t>> final_gears;
-  FleetStatsCounters fleet;         // zero without share_stats
-  uint64_t plan_adoptions = 0;      // fleet plan versions this replica committed
-  uint64_t plan_publications = 0;   // ... it published (the leader)
+  FleetStatsCounters fleet;        // zero without share_stats
+  uint64_t plan_adoptions = 0;     // fleet plan versions this replica committed
+  uint64_t plan_publications = 0;  // ... it published (the leader)
+  // Of plan_adoptions, those made on the leader's announcement (a fleet of
+  // processes: between two rows, before the replica's next check).
+  uint64_t plan_notified_adoptions = 0;
   FleetArtifactCounters artifacts;  // zero without share_artifacts
   std::vector<WasteBucket> waste_timeline;
 };

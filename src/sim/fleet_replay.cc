@@ -362,6 +362,9 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     r.runtime = *std::move(created);
     if (r.plan != nullptr && process_fleet) {
       if (auto s = TakeRole(r); !s.ok()) return s;
+      // The leader's announcements: a follower adopts between two rows, not
+      // at its next check (the subscription fails only on bad input).
+      if (auto s = r.plan->Watch(); !s.ok()) return s;
     }
     r.schedule =
         std::make_unique<internal::ReplaySchedule>(options, at, t_end, r.runtime.get(), &r.clock);
@@ -463,6 +466,14 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       for (auto& r : replicas) {
         if (!r->active) continue;
         if (auto s = ProcessChecksThrough(*r, t); !s.ok()) return s;
+        if (r->leading || !r->plan->NewerPlanAnnounced()) continue;
+        r->clock.Set(t);
+        absl::StatusOr<FleetPlanStep> step = r->plan->Step(r->runtime.get(), t);
+        if (step.ok() && step->adopted) {
+          ++r->result.plan_adoptions;
+          ++r->result.plan_notified_adoptions;
+        }
+        SyncArtifacts(*r);
       }
     }
     for (auto& r : replicas) {
@@ -649,6 +660,7 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["fleet_read_failures"] = x.fleet.read_failures;
     e["plan_publications"] = x.plan_publications;
     e["plan_adoptions"] = x.plan_adoptions;
+    e["plan_notified_adoptions"] = x.plan_notified_adoptions;
     e["artifact_puts"] = x.artifacts.puts;
     e["artifact_corrupt"] = x.artifacts.corrupt;
     e["artifact_lease_waits"] = x.artifacts.lease_waits;
