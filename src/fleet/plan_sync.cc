@@ -118,9 +118,9 @@ class FleetPlanSync::Impl {
   const std::vector<std::string> dimensions;
   const FleetPlanOptions options;
   Mutex mu;
-  uint64_t adopted ABSL_GUARDED_BY(mu) = 0;        // the last version adopted or published
+  uint64_t adopted ABSL_GUARDED_BY(mu) = 0;         // the last version adopted or published
   std::string adopted_payload ABSL_GUARDED_BY(mu);  // ... its payload
-  double adopted_at ABSL_GUARDED_BY(mu) = -1e300;  // when the follower last committed a plan
+  double adopted_at ABSL_GUARDED_BY(mu) = -1e300;   // when the follower last committed a plan
   // For NewerPlanAnnounced, lock-free: the newest version announced on the
   // channel (written by the subscription's callback) and the newest the
   // store held at a Step (written by Step under mu).
