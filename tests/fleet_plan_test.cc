@@ -12,6 +12,7 @@
 #include "gearbox/clock.h"
 #include "gearbox/fleet.h"
 #include "gearbox/runtime.h"
+#include "gearbox/update_worker.h"
 #include "gtest/gtest.h"
 #include "src/common/mutex.h"
 #include "tests/redis_fixture.h"
@@ -245,6 +246,35 @@ TEST_P(FleetPlanTest, AWatchingFollowerLearnsOfANewVersionAtOnce) {
   EXPECT_TRUE(adopted->adopted);
   EXPECT_EQ(Gears(*runtimes_[1]), (std::vector<int64_t>{32, 16384}));
   EXPECT_FALSE(sb->NewerPlanAnnounced());
+}
+
+// The whole path on a running worker: the follower's announcement wakes
+// its worker (UpdateNow), whose update's on_update steps and adopts the
+// plan, while its clock never reaches the next scheduled check.
+TEST_P(FleetPlanTest, AnAnnouncementWakesTheFollowersWorkerToAdopt) {
+  auto leader = Sync("a");
+  std::unique_ptr<FleetPlanSync> follower = Sync("b");
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.clock = &clock_;  // never advanced: the scheduled check (160 s) never comes
+  o.pool = &pool;
+  o.policy = UpdatePolicy::kStatic;
+  o.start_worker = true;
+  FleetPlanSync* sync = follower.get();
+  AdaptiveGearRuntime* self = nullptr;
+  o.on_update = [sync, &self](const UpdateRecord& r) { (void)sync->Step(self, r.time); };
+  auto rt = AdaptiveGearRuntime::Create({{"SEQLEN", {1, 2, 4, 8, 16384}, false, false}}, o);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  self = rt->get();
+  ASSERT_TRUE(follower->Watch([self](uint64_t) { self->worker()->UpdateNow(); }).ok());
+  ASSERT_TRUE(Listening());
+  ASSERT_TRUE(leader->Step(runtimes_[0].get(), 100)->leader);
+  ASSERT_TRUE(runtimes_[0]->CommitUpdate({{64, 16384}}, 100).ok());
+  ASSERT_TRUE(leader->Step(runtimes_[0].get(), 100)->announced);
+  (*rt)->worker()->WaitForChecksForTesting(1);
+  EXPECT_EQ(Gears(**rt), (std::vector<int64_t>{64, 16384}));
+  EXPECT_EQ((*rt)->worker()->updates(), 1u);
+  (*rt)->StopWorker();
 }
 
 TEST_P(FleetPlanTest, ACorruptPlanIsNeverAdoptedAndTheLeaderReplacesIt) {
