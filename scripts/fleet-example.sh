@@ -8,6 +8,9 @@
 #
 #   scripts/fleet-example.sh CONFIG TRACE [N] [more gearbox replay flags...]
 #
+# With --fleet-plan the processes share one plan: the leader's lease (in
+# Redis) decides which one plans, the others adopt its versions.
+#
 # Environment: GEARBOX (the tool; default build/tools/gearbox),
 # GEARBOX_REDIS_SERVER (the server binary; default: redis-server on PATH).
 # Exit 77 (skipped) when redis-server is missing; otherwise the first failing
@@ -108,12 +111,21 @@ fi
 python3 - "$dir" "$n" <<'PY'
 import json, sys
 d, n = sys.argv[1], int(sys.argv[2])
-req = compiles = loads = 0
+req = compiles = loads = published = adopted = notified = 0
+plan = False
 for i in range(n):
     runs = json.load(open(f"{d}/replica-{i}.json"))
+    plan |= runs[0]["fleet_plan"]
     for x in runs[0]["per_replica"]:
         req += x["requests"]
         compiles += x["compiles"]
         loads += x["artifact_loads"]
-print(f"fleet of {n} processes: {req} requests, {compiles} compiles, {loads} artifact loads")
+        published += x["plan_publications"]
+        adopted += x["plan_adoptions"]
+        notified += x["plan_notified_adoptions"]
+line = f"fleet of {n} processes: {req} requests, {compiles} compiles, {loads} artifact loads"
+if plan:
+    line += (f"; one plan: {published} versions published, {adopted} adoptions"
+             f" ({notified} on an announcement)")
+print(line)
 PY

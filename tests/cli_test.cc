@@ -584,6 +584,47 @@ TEST_F(Cli, FleetReplayPrintsEachReplicaAndTheFleet) {
   EXPECT_GT(j[0]["store_traffic"]["failures"], 0);  // the outage
 }
 
+// --decisions with --replicas: one record per replica's update, each with its replica.
+TEST_F(Cli, FleetReplayWritesEachReplicasDecisions) {
+  const ToolRun r = Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") +
+                         " --replicas 3 --fleet-plan --decisions " + P("fleet.jsonl") +
+                         " --summary " + P("fleet.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto summary = nlohmann::json::parse(ReadAll(P("fleet.json")))[0];
+  std::ifstream lines(P("fleet.jsonl"));
+  std::vector<uint64_t> per_replica(3, 0);
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    ASSERT_TRUE(j.contains("replica") && j.contains("gears")) << line;
+    ++per_replica.at(j["replica"].get<size_t>());
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(per_replica[i], summary["per_replica"][i]["updates"].get<uint64_t>()) << i;
+    EXPECT_GT(per_replica[i], 0u) << i;
+  }
+}
+
+// scripts/fleet-suite.sh on one short scenario: the table's row and its
+// totals (no request lost; the fleet's compiles against one runtime's).
+TEST_F(Cli, TheFleetSuiteTabulatesOneScenario) {
+  std::string line = "GEARBOX=";
+  line.append(GEARBOX_TOOL).append(" " GEARBOX_SOURCE_DIR "/scripts/fleet-suite.sh ");
+  line.append("--scenarios poisson-azure --hours 0.1 --replicas 4 --jobs 1 --keep ");
+  line.append(P("suite"));
+  const ToolRun r = Shell(line);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("| scenario | N | compiles: one runtime / fleet |"));
+  EXPECT_THAT(r.output, HasSubstr("| poisson-azure | 4 | "));
+  EXPECT_THAT(r.output, HasSubstr("1 runs: "));
+  EXPECT_THAT(r.output, HasSubstr("0 requests lost beyond one runtime's rejections"));
+  // The compiles cell is the two summaries' figures.
+  const auto single = nlohmann::json::parse(ReadAll(P("suite/poisson-azure.single.json")));
+  const auto fleet = nlohmann::json::parse(ReadAll(P("suite/poisson-azure.n4.whole.json")))[0];
+  EXPECT_THAT(r.output,
+              HasSubstr("| poisson-azure | 4 | " + std::to_string(single["compiles"].get<int>()) +
+                        " / " + std::to_string(fleet["fleet"]["compiles"].get<int>()) + " | "));
+}
+
 TEST_F(Cli, FleetFlagsAreCheckedNamingTheFlag) {
   struct Case {
     const char* flags;
@@ -653,6 +694,26 @@ TEST_F(Cli, AFleetOfThreeProcessesAgainstOneRedis) {
   const size_t at = r.output.find("compiles, ");
   ASSERT_NE(at, std::string::npos) << r.output;
   EXPECT_GT(std::stoi(r.output.substr(at + 10)), 0) << r.output;  // artifact loads
+}
+
+// The same with one plan: the lease in Redis decides which process plans; a
+// version is published and every row is served once.
+TEST_F(Cli, AFleetOfProcessesSharesOnePlanThroughRedis) {
+  std::string line = "GEARBOX=";
+  line.append(GEARBOX_TOOL).append(" " GEARBOX_SOURCE_DIR "/scripts/fleet-example.sh ");
+  line.append(P("config.json")).append(" ").append(P("trace.csv")).append(" 3 --fleet-plan");
+  const ToolRun r = Shell(line);
+  if (r.code == 77) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("one plan (the lease decides who leads)"));
+  for (const char* p : {"plan: replica 0 ", "plan: replica 1 ", "plan: replica 2 "}) {
+    EXPECT_THAT(r.output, HasSubstr(p));
+  }
+  EXPECT_THAT(r.output, HasSubstr("fleet of 3 processes: 2000 requests"));
+  EXPECT_THAT(r.output, HasSubstr("on an announcement)"));  // followers watch the channel
+  const size_t at = r.output.find("one plan: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_GT(std::stoi(r.output.substr(at + 10)), 0) << r.output;  // versions published
 }
 
 // Without a redis-server the script says so and exits 77 (a skip), starting nothing.

@@ -2,6 +2,8 @@
 // a real redis-server started by the test.
 #include "gearbox/fleet_plan.h"
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -10,7 +12,9 @@
 #include "gearbox/clock.h"
 #include "gearbox/fleet.h"
 #include "gearbox/runtime.h"
+#include "gearbox/update_worker.h"
 #include "gtest/gtest.h"
+#include "src/common/mutex.h"
 #include "tests/redis_fixture.h"
 
 namespace gearbox {
@@ -64,6 +68,25 @@ class FleetPlanTest : public ::testing::TestWithParam<Kind> {
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     }
+  }
+
+  // Waits (polling, up to ~30 s: readiness, not a timing assertion) until
+  // `ready` holds; false if it never did.
+  static bool Eventually(const std::function<bool()>& ready) {
+    for (int i = 0; i < 3000; ++i) {
+      if (ready()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return ready();
+  }
+  // Until a subscriber listens on the plan's channel (a Redis subscription
+  // connects on its own thread): a probe nobody decodes as a version.
+  bool Listening() {
+    const std::string channel = FleetKeyPrefix(kModel) + ":plan:changed";
+    return Eventually([&] {
+      absl::StatusOr<int64_t> n = store_->Publish(channel, "probe");
+      return n.ok() && *n >= 1;
+    });
   }
 
   ManualClock clock_{100.0};
@@ -162,6 +185,98 @@ TEST_P(FleetPlanTest, AnotherReplicaTakesOverWhenTheLeaseLapses) {
   EXPECT_FALSE(sa->Step(runtimes_[0].get(), 101)->leader);
 }
 
+// Lead before an update: the first replica takes the lease and renews it,
+// the other does not get it; once the holder resigns the other takes over
+// at once (not after lease_ms); a replica that may not lead never leads.
+TEST_P(FleetPlanTest, LeadTakesTheLeaseAndResignHandsItOn) {
+  auto sa = Sync("a");
+  auto sb = Sync("b");
+  EXPECT_TRUE(*sa->Lead());
+  EXPECT_TRUE(*sa->Lead());  // renewed
+  EXPECT_FALSE(*sb->Lead());
+  EXPECT_TRUE(sb->Resign().ok());  // not the holder: nothing happens
+  EXPECT_FALSE(*sb->Lead());
+  ASSERT_TRUE(sa->Resign().ok());
+  EXPECT_TRUE(*sb->Lead());
+  EXPECT_FALSE(*sa->Lead());
+  FleetPlanOptions o;
+  o.replica_id = "canary";
+  o.may_lead = false;
+  auto canary = *FleetPlanSync::Create(store_.get(), kModel, {"SEQLEN"}, o);
+  ASSERT_TRUE(sb->Resign().ok());
+  EXPECT_FALSE(*canary->Lead());
+  EXPECT_TRUE(*sa->Lead());
+}
+
+// Change notification: the leader announces each version it writes on
+// "<prefix>:plan:changed"; a watching follower learns of it without a store
+// call (NewerPlanAnnounced) and its callback gets the version; its Step
+// then adopts, and the flag clears. Messages that are not versions are
+// ignored (the channel is untrusted).
+TEST_P(FleetPlanTest, AWatchingFollowerLearnsOfANewVersionAtOnce) {
+  auto sa = Sync("a");
+  auto sb = Sync("b");
+  Mutex mu;
+  std::vector<uint64_t> versions;
+  ASSERT_TRUE(sb->Watch([&](uint64_t v) {
+                  MutexLock lock(&mu);
+                  versions.push_back(v);
+                }).ok());
+  ASSERT_TRUE(Listening());
+  EXPECT_FALSE(sb->NewerPlanAnnounced());
+  ASSERT_TRUE(sa->Step(runtimes_[0].get(), 100)->leader);  // version 1: the initial gears
+  ASSERT_TRUE(runtimes_[0]->CommitUpdate({{32, 16384}}, 100).ok());
+  const std::string channel = FleetKeyPrefix(kModel) + ":plan:changed";
+  ASSERT_TRUE(store_->Publish(channel, "99999999999999999999999").ok());  // not a version
+  auto published = sa->Step(runtimes_[0].get(), 101);
+  ASSERT_TRUE(published.ok()) << published.status();
+  ASSERT_TRUE(published->published);
+  EXPECT_TRUE(published->announced);
+  ASSERT_TRUE(Eventually([&] {
+    MutexLock lock(&mu);
+    return !versions.empty() && versions.back() == published->version;
+  }));
+  {
+    MutexLock lock(&mu);
+    for (uint64_t v : versions) EXPECT_LE(v, published->version);  // the junk was ignored
+  }
+  EXPECT_TRUE(sb->NewerPlanAnnounced());
+  auto adopted = sb->Step(runtimes_[1].get(), 101);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_TRUE(adopted->adopted);
+  EXPECT_EQ(Gears(*runtimes_[1]), (std::vector<int64_t>{32, 16384}));
+  EXPECT_FALSE(sb->NewerPlanAnnounced());
+}
+
+// The whole path on a running worker: the follower's announcement wakes
+// its worker (UpdateNow), whose update's on_update steps and adopts the
+// plan, while its clock never reaches the next scheduled check.
+TEST_P(FleetPlanTest, AnAnnouncementWakesTheFollowersWorkerToAdopt) {
+  auto leader = Sync("a");
+  std::unique_ptr<FleetPlanSync> follower = Sync("b");
+  GraphResourcePool pool;
+  RuntimeOptions o;
+  o.clock = &clock_;  // never advanced: the scheduled check (160 s) never comes
+  o.pool = &pool;
+  o.policy = UpdatePolicy::kStatic;
+  o.start_worker = true;
+  FleetPlanSync* sync = follower.get();
+  AdaptiveGearRuntime* self = nullptr;
+  o.on_update = [sync, &self](const UpdateRecord& r) { (void)sync->Step(self, r.time); };
+  auto rt = AdaptiveGearRuntime::Create({{"SEQLEN", {1, 2, 4, 8, 16384}, false, false}}, o);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  self = rt->get();
+  ASSERT_TRUE(follower->Watch([self](uint64_t) { self->worker()->UpdateNow(); }).ok());
+  ASSERT_TRUE(Listening());
+  ASSERT_TRUE(leader->Step(runtimes_[0].get(), 100)->leader);
+  ASSERT_TRUE(runtimes_[0]->CommitUpdate({{64, 16384}}, 100).ok());
+  ASSERT_TRUE(leader->Step(runtimes_[0].get(), 100)->announced);
+  (*rt)->worker()->WaitForChecksForTesting(1);
+  EXPECT_EQ(Gears(**rt), (std::vector<int64_t>{64, 16384}));
+  EXPECT_EQ((*rt)->worker()->updates(), 1u);
+  (*rt)->StopWorker();
+}
+
 TEST_P(FleetPlanTest, ACorruptPlanIsNeverAdoptedAndTheLeaderReplacesIt) {
   ASSERT_TRUE(*store_->CompareAndSet(FleetKeyPrefix(kModel) + ":plan", 0,
                                      "gearbox-plan 1\nleader x\ntime 1\ndim SEQLEN 8,4", 0));
@@ -194,6 +309,87 @@ INSTANTIATE_TEST_SUITE_P(Stores, FleetPlanTest, ::testing::Values(Kind::kInProce
                          [](const ::testing::TestParamInfo<Kind>& p) {
                            return p.param == Kind::kRedis ? "Redis" : "InProcess";
                          });
+
+// The store going away: publishing fails (the step says it was not
+// announced) and the follower still adopts by polling at its Step; the
+// subscription survives, reconnects when the server is back, and is told
+// of the next version.
+TEST(FleetPlanRedisTest, NotificationSurvivesTheStoreGoingAwayAndPollingStands) {
+  testing::RedisServer server;
+  GEARBOX_REQUIRE_REDIS(server);
+  RedisFleetStoreOptions o;
+  o.url = server.url();
+  o.command_timeout_ms = 2000;
+  o.breaker_initial_backoff_ms = 1;  // the breaker on real time: retry at once here
+  o.breaker_max_backoff_ms = 50;
+  o.log = [](LogLevel, std::string_view) {};
+  auto store = *RedisFleetStore::Create(o);
+  ManualClock clock(100.0);
+  GraphResourcePool pools[2];
+  std::vector<std::unique_ptr<AdaptiveGearRuntime>> rt;
+  for (auto& pool : pools) {
+    RuntimeOptions ro;
+    ro.clock = &clock;
+    ro.pool = &pool;
+    ro.start_worker = false;
+    rt.push_back(*AdaptiveGearRuntime::Create({{"SEQLEN", {1, 2, 4, 8, 16384}, false, false}}, ro));
+  }
+  auto sync = [&](const std::string& id) {
+    FleetPlanOptions po;
+    po.replica_id = id;
+    return *FleetPlanSync::Create(store.get(), kModel, {"SEQLEN"}, po);
+  };
+  auto leader = sync("a");
+  auto follower = sync("b");
+  ASSERT_TRUE(follower->Watch().ok());
+  const std::string channel = FleetKeyPrefix(kModel) + ":plan:changed";
+  auto listening = [&] {
+    for (int i = 0; i < 3000; ++i) {  // readiness, up to ~30 s
+      absl::StatusOr<int64_t> n = store->Publish(channel, "probe");
+      if (n.ok() && *n >= 1) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_TRUE(listening());
+  ASSERT_TRUE(leader->Step(rt[0].get(), 100)->published);  // version 1
+  ASSERT_TRUE(follower->Step(rt[1].get(), 100).ok());
+  server.Kill();
+  ASSERT_TRUE(rt[0]->CommitUpdate({{16, 16384}}, 101).ok());
+  EXPECT_FALSE(leader->Step(rt[0].get(), 101).ok());  // the store is away: nothing written
+  EXPECT_FALSE(follower->NewerPlanAnnounced());
+  ASSERT_TRUE(server.Start());  // empty (no persistence): the next version is 1 again
+  absl::StatusOr<FleetPlanStep> step;
+  for (int i = 0; i < 3000; ++i) {  // until the breaker lets a call through
+    step = leader->Step(rt[0].get(), 102);
+    if (step.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_TRUE(step->published);
+  // Polling stands whatever the channel did: the follower adopts at its
+  // Step (the versions started over with the empty server).
+  auto polled = follower->Step(rt[1].get(), 102);
+  ASSERT_TRUE(polled.ok()) << polled.status();
+  EXPECT_TRUE(polled->adopted);
+  EXPECT_EQ(Gears(*rt[1]), (std::vector<int64_t>{16, 16384}));
+  ASSERT_TRUE(listening());
+  ASSERT_TRUE(rt[0]->CommitUpdate({{8, 16384}}, 103).ok());
+  auto next = leader->Step(rt[0].get(), 103);
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE(next->published);
+  EXPECT_TRUE(next->announced);
+  bool told = false;
+  for (int i = 0; i < 3000 && !told; ++i) {
+    told = follower->NewerPlanAnnounced();
+    if (!told) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(told) << "the resubscribed follower was not told of version " << next->version;
+  auto adopted = follower->Step(rt[1].get(), 103);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_TRUE(adopted->adopted);
+  EXPECT_EQ(Gears(*rt[1]), (std::vector<int64_t>{8, 16384}));
+}
 
 TEST(FleetPlanStoreDownTest, AnUnreachableStoreChangesNothing) {
   ManualClock clock(0.0);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gearbox/config.h"
+#include "gearbox/replay.h"
 #include "gtest/gtest.h"
 #include "tests/redis_fixture.h"
 
@@ -130,6 +131,30 @@ TEST(FleetReplayTest, OnePlanPerFleetGivesEveryReplicaTheLeadersGears) {
   }
   EXPECT_EQ(r.requests, 3600u * 6u);
   EXPECT_EQ(r.rejected_requests, 0u);
+}
+
+// One plan per fleet, planned from the merged window (the followers push
+// before the leader plans, the newest slots filled, the first plan after
+// the fleet's min_window_weight requests): every replica wastes about what
+// one runtime serving the whole trace does, for 4 and 16 replicas.
+TEST(FleetReplayTest, OnePlanPerFleetWastesWhatOneRuntimeDoes) {
+  static const RuntimeConfig config = Config();
+  static const Trace trace = MixtureTrace();
+  auto single = Replay(config, trace, ReplayOptions{});
+  ASSERT_TRUE(single.ok()) << single.status();
+  const double one = single->padding_waste;
+  for (const int n : {4, 16}) {
+    FleetReplayOptions o;
+    o.replicas = n;
+    o.fleet_plan = true;
+    o.share_artifacts = true;
+    const FleetReplayResult r = RunFleet(o);
+    ASSERT_EQ(r.replicas.size(), static_cast<size_t>(n));
+    for (const ReplicaReplayResult& x : r.replicas) {
+      EXPECT_LE(x.padding_waste, one * 1.05 + 0.002) << n << " replicas, replica " << x.replica;
+    }
+    EXPECT_LE(r.padding_waste, one + 0.001) << n << " replicas";
+  }
 }
 
 TEST(FleetReplayTest, HashSplitKeepsASizeOnOneReplica) {

@@ -214,6 +214,96 @@ TEST_P(FleetStatsTest, ADuplicatedPushIsHarmless) {
   EXPECT_NEAR(s4.dimensions[0].observed_seconds, now, 1e-9);
 }
 
+// The newest slot the other replica has not pushed yet (it pushes at its
+// own update) is filled to the fleet's size with the complete slots'
+// distribution; with fill_recent_seconds = 0 it holds this replica alone.
+// A gear with no local request that the fleet's sizes fall in counts one
+// sample; a gear nobody used stays at none.
+TEST_P(FleetStatsTest, TheNewestSlotsAreFilledToTheFleetsTraffic) {
+  AdaptiveOptions adaptive;  // 300 s window, 30 slots of 10 s, half-life 150 s
+  const double lambda = std::log(2.0) / adaptive.half_life_seconds;
+  const double now = 120.0;
+  clock_.Set(now);
+  for (const double fill : {90.0, 0.0}) {
+    FleetFingerprint model = kModel;
+    model.model_id = fill > 0 ? "fill" : "no-fill";
+    auto make = [&](const std::string& id) {
+      FleetStatsOptions fo;
+      fo.replica_id = id;
+      fo.fill_recent_seconds = fill;
+      auto s = FleetStatsSync::Create(store_.get(), model, {"SEQLEN"}, adaptive, fo,
+                                      [](LogLevel, std::string_view) {});
+      EXPECT_TRUE(s.ok()) << s.status();
+      return *std::move(s);
+    };
+    // Slots 0..11 ([0, 120) s), weight 1 each: a serves size 100, b size 500.
+    auto local = [](int64_t size, uint64_t samples_at_512) {
+      WindowStats stats;
+      DimensionStats& d = stats.dimensions.emplace_back();
+      d.name = "SEQLEN";
+      for (int64_t k = 0; k < 12; ++k) d.slot_sizes.push_back({k, {{size, 1.0}}});
+      for (int64_t g : {128, 256, 512}) {
+        GearStats& gs = d.gears.emplace_back();
+        gs.gear = g;
+        gs.sample_count = g == 512 ? samples_at_512 : 0;
+      }
+      return stats;
+    };
+    auto a = make("a");
+    auto b = make("b");
+    WindowStats sa = local(100, 0);
+    a->Merge(now, &sa);  // pushes slots 0..10 (slot 11 ends within push_lag_seconds)
+    WindowStats sb = local(500, 12);
+    b->Merge(now, &sb);
+    double complete = 0;  // slots 0..10, decayed
+    for (int k = 0; k <= 10; ++k) complete += std::exp(-lambda * (now - 10.0 * k));
+    const double newest = std::exp(-lambda * (now - 110.0));
+    const std::vector<WeightedSize>& sizes = sb.dimensions[0].sizes;
+    ASSERT_EQ(sizes.size(), 2u);
+    EXPECT_EQ(sizes[0].size, 100);
+    EXPECT_EQ(sizes[1].size, 500);
+    if (fill > 0) {
+      // b's own weight in slot 11 (1) again for a, shaped as slots 0..10 (half each).
+      EXPECT_NEAR(sizes[0].weight, complete + 0.5 * newest, 1e-9);
+      EXPECT_NEAR(sizes[1].weight, complete + 1.5 * newest, 1e-9);
+      EXPECT_EQ(b->counters().slots_filled, 1u);
+    } else {
+      EXPECT_NEAR(sizes[0].weight, complete, 1e-9);
+      EXPECT_NEAR(sizes[1].weight, complete + newest, 1e-9);
+      EXPECT_EQ(b->counters().slots_filled, 0u);
+    }
+    const std::vector<GearStats>& gears = sb.dimensions[0].gears;
+    EXPECT_EQ(gears[0].sample_count, 1u) << "gear 128 carries a's traffic";
+    EXPECT_EQ(gears[1].sample_count, 0u) << "nobody used gear 256";
+    EXPECT_EQ(gears[2].sample_count, 12u) << "local counts stay";
+  }
+}
+
+// At the fleet's start (no bucket in the window yet) the local window
+// stands for the fleet's when its size is known: weights times
+// expected_replicas; unknown (0), exactly local.
+TEST_P(FleetStatsTest, BeforeAnyBucketTheLocalWindowIsScaledToTheFleet) {
+  for (const double expected : {4.0, 0.0}) {
+    FleetStatsOptions fo;
+    fo.replica_id = "first";
+    fo.expected_replicas = expected;
+    FleetFingerprint model = kModel;
+    model.model_id = expected > 0 ? "scaled" : "unscaled";
+    auto sync = FleetStatsSync::Create(store_.get(), model, {"SEQLEN"}, AdaptiveOptions{}, fo,
+                                       [](LogLevel, std::string_view) {});
+    ASSERT_TRUE(sync.ok()) << sync.status();
+    WindowStats stats;
+    DimensionStats& d = stats.dimensions.emplace_back();
+    d.name = "SEQLEN";
+    d.sizes = {{100, 2.0}};
+    d.slot_sizes = {{0, {{100, 2.0}}}};  // slot 0 ([0, 10) s) has not ended at 5 s
+    clock_.Set(5.0);
+    (*sync)->Merge(5.0, &stats);
+    EXPECT_EQ((*sync)->counters().local_only, 1u);
+    EXPECT_NEAR(stats.dimensions[0].sizes[0].weight, expected > 0 ? 8.0 : 2.0, 1e-12);
+  }
+}
+
 // A corrupt or hostile bucket is left out with a logged error; the update
 // goes on with what is valid.
 TEST_P(FleetStatsTest, AHostileBucketIsRejectedAndLogged) {
@@ -287,6 +377,16 @@ TEST(FleetStatsSyncTest, OptionsAreValidatedNamingTheField) {
   EXPECT_NE(s.status().message().find("fleet.push_lag_seconds: -1"), absl::string_view::npos)
       << s.status();
   fo.push_lag_seconds = 2;
+  fo.fill_recent_seconds = 301;
+  s = FleetStatsSync::Create(&store, kModel, {"SEQLEN"}, AdaptiveOptions{}, fo);
+  EXPECT_NE(s.status().message().find("fleet.fill_recent_seconds: 301"), absl::string_view::npos)
+      << s.status();
+  fo.fill_recent_seconds = 90;
+  fo.expected_replicas = -1;
+  s = FleetStatsSync::Create(&store, kModel, {"SEQLEN"}, AdaptiveOptions{}, fo);
+  EXPECT_NE(s.status().message().find("fleet.expected_replicas: -1"), absl::string_view::npos)
+      << s.status();
+  fo.expected_replicas = 0;
   FleetFingerprint none;
   EXPECT_FALSE(FleetStatsSync::Create(&store, none, {"SEQLEN"}, AdaptiveOptions{}, fo).ok());
   EXPECT_FALSE(FleetStatsSync::Create(nullptr, kModel, {"SEQLEN"}, AdaptiveOptions{}, fo).ok());
@@ -365,6 +465,13 @@ class GatedStore final : public FleetStore {
   absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
       std::span<const std::string> keys) override {
     return inner_->GetStrings(keys);
+  }
+  absl::StatusOr<int64_t> Publish(std::string_view channel, std::string_view message) override {
+    return inner_->Publish(channel, message);
+  }
+  absl::StatusOr<std::unique_ptr<FleetSubscription>> Subscribe(
+      std::string_view channel, std::function<void(std::string_view)> on_message) override {
+    return inner_->Subscribe(channel, std::move(on_message));
   }
   FleetStoreCounters counters() const override { return inner_->counters(); }
   std::string Describe() const override { return "gated"; }

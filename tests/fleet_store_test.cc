@@ -4,6 +4,8 @@
 #include <hiredis/hiredis.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -11,6 +13,7 @@
 #include "gearbox/clock.h"
 #include "gearbox/fleet.h"
 #include "gtest/gtest.h"
+#include "src/common/mutex.h"
 #include "tests/redis_fixture.h"
 
 namespace gearbox {
@@ -174,6 +177,46 @@ TEST_P(StoreTest, CountsCallsAndBytes) {
   EXPECT_GT(after.bytes_received, before.bytes_received);
 }
 
+// Publish reaches each subscriber of the channel (and says how many), no
+// other channel's; a destroyed subscription gets nothing more.
+TEST_P(StoreTest, PublishReachesTheChannelsSubscribersUntilTheyUnsubscribe) {
+  Mutex mu;
+  std::vector<std::string> got;
+  auto sub = store_->Subscribe("chan-a", [&](std::string_view m) {
+    MutexLock lock(&mu);
+    got.emplace_back(m);
+  });
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  auto other = store_->Subscribe("chan-b", [](std::string_view) {});
+  ASSERT_TRUE(other.ok()) << other.status();
+  // Readiness (a Redis subscription connects on its own thread), up to ~30 s.
+  bool listening = false;
+  for (int i = 0; i < 3000 && !listening; ++i) {
+    absl::StatusOr<int64_t> n = store_->Publish("chan-a", "probe");
+    listening = n.ok() && *n == 1;
+    if (!listening) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(listening);
+  absl::StatusOr<int64_t> n = store_->Publish("chan-a", "7");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 1);
+  bool arrived = false;
+  for (int i = 0; i < 3000 && !arrived; ++i) {
+    {
+      MutexLock lock(&mu);
+      arrived = !got.empty() && got.back() == "7";
+    }
+    if (!arrived) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(arrived);
+  sub->reset();
+  n = store_->Publish("chan-a", "8");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0);
+  MutexLock lock(&mu);
+  for (const std::string& m : got) EXPECT_NE(m, "8");
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values(Kind::kInProcess, Kind::kRedis),
                          [](const ::testing::TestParamInfo<Kind>& p) {
                            return p.param == Kind::kRedis ? "Redis" : "InProcess";
@@ -213,6 +256,24 @@ TEST(OutageFleetStoreTest, RefusesWhileDownAndCountsTheRefusals) {
   EXPECT_TRUE(store.GetVersioned("k").ok());
   EXPECT_EQ(store.counters().calls, 2u);
   EXPECT_EQ(store.counters().failures, 1u);
+}
+
+// Down: publishing fails, and a message published on the inner store
+// meanwhile is not delivered to the wrapper's subscribers.
+TEST(OutageFleetStoreTest, DeliversNothingWhileDown) {
+  InProcessFleetStore inner;
+  std::atomic<bool> down{false};
+  OutageFleetStore store(&inner, [&down] { return down.load(); });
+  std::vector<std::string> got;
+  auto sub = store.Subscribe("c", [&](std::string_view m) { got.emplace_back(m); });
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_TRUE(store.Publish("c", "1").ok());
+  down = true;
+  EXPECT_EQ(store.Publish("c", "2").status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(inner.Publish("c", "3").ok());
+  down = false;
+  ASSERT_TRUE(store.Publish("c", "4").ok());
+  EXPECT_EQ(got, (std::vector<std::string>{"1", "4"}));
 }
 
 TEST(FleetFingerprintTest, EveryFieldChangesThePrefixAndBadFieldsAreNamed) {

@@ -63,6 +63,30 @@ const GearStats& Gear(const WindowStats& s, int dim, int64_t gear) {
   return none;
 }
 
+// SetUpdatePolicy: a static runtime changes nothing; switched to replan its
+// next update plans from the window; switched back, nothing again. Bad
+// replan options are refused and nothing changes.
+TEST(Runtime, TheUpdatePolicySwitchesAtTheNextUpdate) {
+  Fixture f(Batch({1, 2, 4, 8, 16, 32, 64}));
+  ASSERT_TRUE(f.runtime->SetUpdatePolicy(UpdatePolicy::kStatic).ok());
+  EXPECT_EQ(f.runtime->update_policy(), UpdatePolicy::kStatic);
+  for (int i = 0; i < 600; ++i) f.Request({i % 2 == 0 ? 5 : 21}, i * 0.1);
+  f.clock.Set(60);
+  auto still = f.runtime->RunOnce(60);
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_FALSE(still->changed);
+  ASSERT_TRUE(f.runtime->SetUpdatePolicy(UpdatePolicy::kReplan).ok());
+  auto planned = f.runtime->RunOnce(61);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_TRUE(planned->changed);
+  EXPECT_EQ(planned->policy, UpdatePolicy::kReplan);
+  ASSERT_TRUE(f.runtime->SetUpdatePolicy(UpdatePolicy::kStatic).ok());
+  for (int i = 0; i < 600; ++i) f.Request({40}, 61 + i * 0.1);
+  auto again = f.runtime->RunOnce(130);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->changed);
+}
+
 TEST(Runtime, CreateValidatesEverything) {
   RuntimeOptions o;
   o.policy = UpdatePolicy::kAdaptive;

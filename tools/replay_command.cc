@@ -481,7 +481,6 @@ int RunFleetReplay(const ReplayFlags& f) {
   for (const auto& [flag, set] : {std::pair{"--execute", !f.execute.empty()},
                                   {"--optimum", f.optimum},
                                   {"--plot", !f.plot.empty()},
-                                  {"--decisions", !f.decisions.empty()},
                                   {"--update-at", !f.update_at.empty()}}) {
     if (set) return Fail(absl::InvalidArgumentError(fmt::format("{}: not with --replicas", flag)));
   }
@@ -536,11 +535,21 @@ int RunFleetReplay(const ReplayFlags& f) {
     FleetReplayOptions o = base;
     static_cast<ReplayRunOptions&>(o) = run;
     o.max_updates = f.max_updates;
+    if (AtomicFile* decisions = outputs.decisions.get()) {
+      // One line per replica's update: its record with the replica first.
+      o.on_replica_update = [decisions](int replica, const UpdateRecord& rec) {
+        const std::string line = UpdateRecordToJson(rec);
+        decisions->stream() << "{\"replica\":" << replica << (line.size() > 2 ? "," : "")
+                            << line.substr(1) << '\n';
+      };
+    }
     auto r = FleetReplay(*config, *trace, o);
     if (!r.ok()) return Fail(r.status());
     std::printf("fleet replay: %s, %zu replicas, store %s%s%s\n", r->policy.c_str(),
                 r->replicas.size(), r->store.c_str(), r->share_stats ? "" : " (isolated)",
-                r->fleet_plan ? ", one plan (replica 0 leads)" : "");
+                !r->fleet_plan               ? ""
+                : o.only_replica.has_value() ? ", one plan (the lease decides who leads)"
+                                             : ", one plan (replica 0 leads)");
     std::printf("%8s %9s %10s %9s %8s %7s %7s %8s %7s\n", "replica", "joined", "requests", "waste",
                 "compiles", "graphs", "updates", "merges", "loads");
     for (const ReplicaReplayResult& x : r->replicas) {
@@ -557,6 +566,15 @@ int RunFleetReplay(const ReplayFlags& f) {
                 static_cast<unsigned long long>(r->compiles),
                 static_cast<unsigned long long>(r->final_graphs), "", "",
                 static_cast<unsigned long long>(r->artifact_loads));
+    if (r->fleet_plan) {
+      for (const ReplicaReplayResult& x : r->replicas) {
+        std::printf(
+            "plan: replica %d published %llu versions, adopted %llu (%llu on an announcement)\n",
+            x.replica, static_cast<unsigned long long>(x.plan_publications),
+            static_cast<unsigned long long>(x.plan_adoptions),
+            static_cast<unsigned long long>(x.plan_notified_adoptions));
+      }
+    }
     std::printf(
         "store: %llu calls (%llu failed, %llu refused by the breaker), %llu bytes sent, "
         "%llu received\n",

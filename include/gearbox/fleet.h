@@ -87,6 +87,14 @@ struct FleetValueLimits {
 // (callers prefix them with FleetKeyPrefix). Every call either succeeds or
 // returns a status (kUnavailable: the store cannot be reached or the breaker
 // is open; kDataLoss: a value failed validation); none throws.
+// A subscription to a channel (FleetStore::Subscribe): messages are
+// delivered until it is destroyed; destroying it waits for a delivery in
+// progress (so never destroy it from its own callback).
+class GEARBOX_EXPORT FleetSubscription {
+ public:
+  virtual ~FleetSubscription() = default;
+};
+
 class GEARBOX_EXPORT FleetStore {
  public:
   virtual ~FleetStore() = default;
@@ -124,6 +132,19 @@ class GEARBOX_EXPORT FleetStore {
   // one holding another type; a value above limits.max_value_bytes is kDataLoss.
   virtual absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
       std::span<const std::string> keys) = 0;
+
+  // Change notification, never on the request path, best effort: a
+  // subscriber that is not connected when a message is sent misses it
+  // (callers keep polling; a notification only makes them look sooner).
+  // Publish sends `message` to the subscribers of `channel` (PUBLISH) and
+  // returns how many got it.
+  virtual absl::StatusOr<int64_t> Publish(std::string_view channel, std::string_view message) = 0;
+  // Calls on_message(message) for each message published on `channel` from
+  // now on, outside the store's locks, until the subscription is destroyed
+  // (before the store). Redis: on a thread of its own with its own
+  // connection, reconnecting with backoff while the server is away.
+  virtual absl::StatusOr<std::unique_ptr<FleetSubscription>> Subscribe(
+      std::string_view channel, std::function<void(std::string_view message)> on_message) = 0;
 
   virtual FleetStoreCounters counters() const = 0;
   // "redis://127.0.0.1:6379" or "in-process" (never credentials).
@@ -166,10 +187,14 @@ class GEARBOX_EXPORT InProcessFleetStore final : public FleetStore {
                           int64_t ttl_ms) override;
   absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
       std::span<const std::string> keys) override;
+  absl::StatusOr<int64_t> Publish(std::string_view channel, std::string_view message) override;
+  absl::StatusOr<std::unique_ptr<FleetSubscription>> Subscribe(
+      std::string_view channel, std::function<void(std::string_view message)> on_message) override;
   FleetStoreCounters counters() const override;
   std::string Describe() const override { return "in-process"; }
 
   void SetAvailable(bool available);
+  // Publish delivers on the publisher's thread, to each subscriber in turn.
   // Test hook: stores a raw hash field / string as a hostile writer could.
   void PutRawHashField(std::string_view key, std::string_view field, std::string_view value);
   void PutRawVersioned(std::string_view key, std::string_view version, std::string_view payload);
@@ -246,6 +271,9 @@ class GEARBOX_EXPORT RedisFleetStore final : public FleetStore {
                           int64_t ttl_ms) override;
   absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
       std::span<const std::string> keys) override;
+  absl::StatusOr<int64_t> Publish(std::string_view channel, std::string_view message) override;
+  absl::StatusOr<std::unique_ptr<FleetSubscription>> Subscribe(
+      std::string_view channel, std::function<void(std::string_view message)> on_message) override;
   FleetStoreCounters counters() const override;
   std::string Describe() const override;
 
@@ -259,7 +287,8 @@ class GEARBOX_EXPORT RedisFleetStore final : public FleetStore {
 };
 
 // A store wrapper that fails every call (kUnavailable) while `down()` says
-// so, e.g. a replay's simulated outage between two virtual times. Not owned:
+// so, e.g. a replay's simulated outage between two virtual times (messages
+// published meanwhile are not delivered to its subscribers). Not owned:
 // `inner`. Thread-safety: as the inner store's; `down` must be thread-safe.
 class GEARBOX_EXPORT OutageFleetStore final : public FleetStore {
  public:
@@ -280,6 +309,9 @@ class GEARBOX_EXPORT OutageFleetStore final : public FleetStore {
                           int64_t ttl_ms) override;
   absl::StatusOr<std::vector<std::optional<std::string>>> GetStrings(
       std::span<const std::string> keys) override;
+  absl::StatusOr<int64_t> Publish(std::string_view channel, std::string_view message) override;
+  absl::StatusOr<std::unique_ptr<FleetSubscription>> Subscribe(
+      std::string_view channel, std::function<void(std::string_view message)> on_message) override;
   FleetStoreCounters counters() const override;
   std::string Describe() const override { return inner_->Describe(); }
 

@@ -12,6 +12,7 @@
 #define GEARBOX_FLEET_PLAN_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -71,6 +72,7 @@ struct FleetPlanStep {
   bool refused = false;    // ... refused it (above max_graphs)
   bool deferred = false;   // ... put it off (min_adopt_interval_seconds)
   uint64_t version = 0;    // the plan's version after the step (0: none)
+  bool announced = false;  // ... published and announced on the change channel
 };
 
 // Thread-safety: Step serializes on an internal mutex (held across the
@@ -88,6 +90,30 @@ class GEARBOX_EXPORT FleetPlanSync {
   // it has not adopted yet that differs from its gears. A stored plan that
   // fails validation is an error (logged by the caller), never adopted.
   absl::StatusOr<FleetPlanStep> Step(AdaptiveGearRuntime* runtime, double now);
+
+  // Before an update: takes the leader's lease when it is free, or renews
+  // it when this replica holds it; true when it does (the caller then plans,
+  // e.g. AdaptiveGearRuntime::SetUpdatePolicy(kReplan), and publishes with
+  // Step; else it follows: kStatic, and Step adopts). false with may_lead
+  // false. The store down: its status (the caller keeps its role).
+  absl::StatusOr<bool> Lead();
+  // Gives the lease up when this replica holds it (it stops: another takes
+  // over at its next Lead instead of after lease_ms).
+  absl::Status Resign();
+
+  // Change notification (never on the request path). After each version it
+  // writes, the leader publishes the version (decimal) on the channel
+  // "<fingerprint prefix>:plan:changed". Watch subscribes this replica:
+  // for each announced version newer than any before, on_version(version)
+  // runs on the subscription's thread (Redis) or the publisher's
+  // (in-process): keep it cheap and never call Step from it (set a flag,
+  // wake a loop). NewerPlanAnnounced() then says, without a store call,
+  // that a version newer than any the last Step saw was announced: the
+  // update path can Step at once instead of at its next update. Messages
+  // are best effort: with the store away, or a message lost, Step still
+  // polls the plan at every update.
+  absl::Status Watch(std::function<void(uint64_t version)> on_version = nullptr);
+  bool NewerPlanAnnounced() const;
 
  private:
   class Impl;

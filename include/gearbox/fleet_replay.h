@@ -18,6 +18,7 @@
 #define GEARBOX_FLEET_REPLAY_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -78,6 +79,10 @@ struct FleetReplayOptions : ReplayRunOptions {
   FleetFingerprint fingerprint;
   // Width of the per-replica waste buckets (the joining replica's catch-up), seconds.
   double bucket_seconds = 60.0;
+  // Called after each replica's update with its index (the replay's
+  // thread), as on_update is for every replica's: `gearbox replay
+  // --replicas N --decisions FILE` writes them with a "replica" field.
+  std::function<void(int replica, const UpdateRecord&)> on_replica_update;
 };
 
 // "--replica-split": "round-robin" or "hash:COLUMN".
@@ -106,9 +111,12 @@ struct ReplicaReplayResult {
   uint64_t peak_graphs = 0;
   uint64_t final_graphs = 0;
   std::vector<std::vector<int64_t>> final_gears;
-  FleetStatsCounters fleet;         // zero without share_stats
-  uint64_t plan_adoptions = 0;      // fleet plan versions this replica committed
-  uint64_t plan_publications = 0;   // ... it published (the leader)
+  FleetStatsCounters fleet;        // zero without share_stats
+  uint64_t plan_adoptions = 0;     // fleet plan versions this replica committed
+  uint64_t plan_publications = 0;  // ... it published (the leader)
+  // Of plan_adoptions, those made on the leader's announcement (a fleet of
+  // processes: between two rows, before the replica's next check).
+  uint64_t plan_notified_adoptions = 0;
   FleetArtifactCounters artifacts;  // zero without share_artifacts
   std::vector<WasteBucket> waste_timeline;
 };

@@ -11,7 +11,12 @@
 //  2. reads the buckets of the window (one pipelined round trip) and merges
 //     them, decayed to `now` exactly as the local window is, with its own
 //     slots not pushed yet (the current one); the merged sizes replace the
-//     local `sizes` and `observed_seconds` the replan policy plans from.
+//     local `sizes` and `observed_seconds` the replan policy plans from, and
+//     a gear with no local request in the window whose range the fleet's
+//     sizes fall in counts one sample (`sample_count`: the fleet uses it, so
+//     the replan policy's lifetime protection holds for it as for one
+//     runtime serving the whole traffic); the recent slots the others have
+//     not pushed yet are filled (FleetStatsOptions::fill_recent_seconds).
 // With the store unreachable (or a bucket rejected) the local statistics
 // are used: the runtime keeps planning alone and resynchronises when the
 // store returns (slots not pushed yet are pushed then, if still in the window).
@@ -58,6 +63,22 @@ struct FleetStatsOptions {
   // seconds after their last push (> 0): a bucket outlives the window it
   // counts in, and nothing is left behind by a fleet that stopped.
   double extra_ttl_seconds = 60.0;
+  // kFleetTotal: the newest slots of the window hold fewer replicas than
+  // the fleet (the others push at their own updates, later; this
+  // replica's own unpushed slots hold only it). A slot newer than the
+  // newest one holding the most replicas, started within this many seconds
+  // of now, is filled: the missing replicas' weight (its own weight per
+  // replica times the replicas missing) with the distribution of the
+  // complete slots. Without it the window underweighs its recent traffic
+  // and the plan has fewer gears than one runtime serving the whole
+  // traffic would (docs/FLEET.md measures it). 0: off. 0..window_seconds.
+  double fill_recent_seconds = 90.0;
+  // The replicas the fleet has, when known (kFleetTotal; 0: unknown). While
+  // no bucket of the fleet is in the window (the fleet's start: nobody has
+  // pushed a complete slot yet) the local window's weights are multiplied
+  // by it, so the first plan weighs the traffic as the fleet's, not as one
+  // replica's share of it. 0..1e6.
+  double expected_replicas = 0;
 };
 
 // A bucket as read back: how many replicas pushed it and, per dimension,
@@ -82,6 +103,7 @@ struct FleetStatsCounters {
   uint64_t push_failures = 0;      // pushes that failed (retried at the next update)
   uint64_t read_failures = 0;      // window reads that failed
   uint64_t buckets_rejected = 0;   // buckets that failed validation (left out, logged)
+  uint64_t slots_filled = 0;       // recent slots filled to the fleet's size (fill_recent_seconds)
   double fleet_replicas_seen = 0;  // replicas in the newest bucket read (0: none)
 };
 

@@ -180,6 +180,13 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
   // nothing changes on error. Any thread; takes the update lock.
   absl::Status SetReplanCostModel(const GearCostModel& cost);
   GearCostModel ReplanCostModel() const;
+  // The policy the next updates run, switched at run time: a fleet replica
+  // plans (kReplan) while it holds the plan's lease and only adopts
+  // (kStatic) while another does (gearbox/fleet_plan.h). Validated as Create
+  // does (the replan options for kReplan; a joint or sparse set refuses
+  // kAdaptive): nothing changes on error. Any thread; takes the update lock.
+  absl::Status SetUpdatePolicy(UpdatePolicy policy);
+  UpdatePolicy update_policy() const;
 
   // ---- release listeners ----
   // Layers that keep their own references to pooled graphs (the executor)

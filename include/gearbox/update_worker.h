@@ -39,7 +39,14 @@ class GEARBOX_EXPORT GearUpdateWorker {
 
   // One check at `now`, exactly as the thread runs it (trigger, update,
   // exception handling). Callable without the thread.
-  void CheckOnce(double now);
+  void CheckOnce(double now, bool update_now = false);
+
+  // Wakes the thread to run an update now, whatever the trigger says (a
+  // check with trigger kManual; counted as a check and an update), e.g. a
+  // fleet follower told of a new plan (FleetPlanSync::Watch) whose
+  // on_update adopts it. Never blocks; from any thread, the worker's
+  // callbacks included. Without the thread, nothing happens until it starts.
+  void UpdateNow();
 
   uint64_t checks() const;
   uint64_t updates() const;
@@ -56,9 +63,10 @@ class GEARBOX_EXPORT GearUpdateWorker {
 
   AdaptiveGearRuntime* const runtime_;
   WakeSignal signal_;
-  std::thread thread_;                // touched only by Start/Stop
-  std::atomic<bool> running_{false};  // set by Start, cleared by Stop
-  std::atomic<bool> stop_{false};     // read by the thread each wake
+  std::thread thread_;                   // touched only by Start/Stop
+  std::atomic<bool> running_{false};     // set by Start, cleared by Stop
+  std::atomic<bool> stop_{false};        // read by the thread each wake
+  std::atomic<bool> update_now_{false};  // set by UpdateNow, cleared by the thread
   std::unique_ptr<Counters> counters_;
 };
 

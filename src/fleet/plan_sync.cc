@@ -1,4 +1,5 @@
 // FleetPlanSync: leader lease, versioned plan, adoption by followers.
+#include <atomic>
 #include <charconv>
 #include <cmath>
 
@@ -106,17 +107,57 @@ class FleetPlanSync::Impl {
       : store(s),
         lease_key(prefix + ":plan:leader"),
         plan_key(prefix + ":plan"),
+        channel(prefix + ":plan:changed"),
         dimensions(std::move(dims)),
         options(std::move(o)) {}
 
   FleetStore* const store;
   const std::string lease_key;
   const std::string plan_key;
+  const std::string channel;
   const std::vector<std::string> dimensions;
   const FleetPlanOptions options;
   Mutex mu;
-  uint64_t adopted ABSL_GUARDED_BY(mu) = 0;        // the last version adopted or published
-  double adopted_at ABSL_GUARDED_BY(mu) = -1e300;  // when the follower last committed a plan
+  uint64_t adopted ABSL_GUARDED_BY(mu) = 0;         // the last version adopted or published
+  std::string adopted_payload ABSL_GUARDED_BY(mu);  // ... its payload
+  double adopted_at ABSL_GUARDED_BY(mu) = -1e300;   // when the follower last committed a plan
+  // For NewerPlanAnnounced, lock-free: the newest version announced on the
+  // channel (written by the subscription's callback) and the newest the
+  // store held at a Step (written by Step under mu).
+  std::atomic<uint64_t> announced{0};
+  std::atomic<uint64_t> seen_at_step{0};
+  // Last: destroyed first, so no callback runs on a dying Impl.
+  std::unique_ptr<FleetSubscription> subscription ABSL_GUARDED_BY(mu);
+
+  void Settle(uint64_t version, std::string payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    adopted = version;
+    adopted_payload = std::move(payload);
+    Saw(version);
+  }
+  void Saw(uint64_t version) {
+    if (version > seen_at_step.load(std::memory_order_acquire)) {
+      seen_at_step.store(version, std::memory_order_release);
+    }
+  }
+
+  // A message on the channel: untrusted (anyone with access may publish).
+  void Announce(std::string_view message, const std::function<void(uint64_t)>& on_version) {
+    absl::StatusOr<uint64_t> v = DecodeFleetVersion(message);
+    if (!v.ok()) return;
+    uint64_t seen = announced.load(std::memory_order_acquire);
+    while (*v > seen && !announced.compare_exchange_weak(seen, *v, std::memory_order_acq_rel)) {
+    }
+    if (*v > seen && on_version) on_version(*v);
+  }
+
+  absl::Status Watch(std::function<void(uint64_t)> on_version) {
+    auto sub = store->Subscribe(
+        channel, [this, on_version](std::string_view m) { Announce(m, on_version); });
+    if (!sub.ok()) return sub.status();
+    MutexLock lock(&mu);
+    subscription = *std::move(sub);
+    return absl::OkStatus();
+  }
 
   static std::vector<std::vector<int64_t>> GearsOf(const AdaptiveGearRuntime& runtime) {
     SnapshotRef s = runtime.GetSnapshot();
@@ -124,6 +165,18 @@ class FleetPlanSync::Impl {
     for (int d = 0; d < s->num_dimensions(); ++d)
       gears.emplace_back(s->gears(d).begin(), s->gears(d).end());
     return gears;
+  }
+
+  absl::StatusOr<bool> Lead() {
+    MutexLock lock(&mu);
+    if (!options.may_lead) return false;
+    return store->AcquireLease(lease_key, options.replica_id, options.lease_ms);
+  }
+
+  absl::Status Resign() {
+    MutexLock lock(&mu);
+    if (!options.may_lead) return absl::OkStatus();
+    return store->ReleaseLease(lease_key, options.replica_id);
   }
 
   absl::StatusOr<FleetPlanStep> Step(AdaptiveGearRuntime* runtime, double now) {
@@ -138,6 +191,15 @@ class FleetPlanSync::Impl {
     absl::StatusOr<VersionedValue> stored = store->GetVersioned(plan_key);
     if (!stored.ok()) return stored.status();
     step.version = stored->version;
+    if (stored->version < adopted ||
+        (stored->version == adopted && stored->payload != adopted_payload)) {
+      // The store lost the plan (a restart without persistence): versions
+      // start over, and what was announced before means nothing now.
+      adopted = 0;
+      seen_at_step.store(stored->version, std::memory_order_release);
+      announced.store(stored->version, std::memory_order_release);
+    }
+    Saw(stored->version);
     const std::vector<std::vector<int64_t>> mine = GearsOf(*runtime);
     std::optional<FleetPlan> current;
     if (stored->version > 0) {
@@ -151,19 +213,22 @@ class FleetPlanSync::Impl {
       plan.leader = options.replica_id;
       plan.time = now;
       plan.gears = mine;
-      absl::StatusOr<bool> written = store->CompareAndSet(
-          plan_key, stored->version, EncodeFleetPlan(plan, dimensions), options.plan_ttl_ms);
+      std::string payload = EncodeFleetPlan(plan, dimensions);
+      absl::StatusOr<bool> written =
+          store->CompareAndSet(plan_key, stored->version, payload, options.plan_ttl_ms);
       if (!written.ok()) return written.status();
       if (*written) {
         step.published = true;
         step.version = stored->version + 1;
-        adopted = step.version;
+        Settle(step.version, std::move(payload));
+        // Best effort: a follower that misses it finds the version at its next Step.
+        step.announced = store->Publish(channel, Cat(step.version)).ok();
       }
       return step;
     }
     if (!current.has_value() || stored->version <= adopted) return step;
     if (current->gears == mine) {
-      adopted = stored->version;
+      Settle(stored->version, stored->payload);
       return step;
     }
     if (options.max_graphs > 0) {
@@ -174,7 +239,7 @@ class FleetPlanSync::Impl {
         graphs = graphs > options.max_graphs / k ? options.max_graphs + 1 : graphs * k;
       }
       if (graphs > options.max_graphs) {
-        adopted = stored->version;  // refused once per version
+        Settle(stored->version, stored->payload);  // refused once per version
         step.refused = true;
         return step;
       }
@@ -183,7 +248,7 @@ class FleetPlanSync::Impl {
       step.deferred = true;  // not marked adopted: a later Step takes it (or a newer one)
       return step;
     }
-    adopted = stored->version;
+    Settle(stored->version, stored->payload);
     absl::StatusOr<UpdateRecord> r = runtime->CommitUpdate(current->gears, now);
     if (!r.ok()) {
       return internal::WithContext(r.status(),
@@ -248,5 +313,18 @@ absl::StatusOr<FleetPlanStep> FleetPlanSync::Step(AdaptiveGearRuntime* runtime, 
   if (runtime == nullptr) return internal::InvalidField("runtime", "null", "a runtime");
   return impl_->Step(runtime, now);
 }
+
+absl::StatusOr<bool> FleetPlanSync::Lead() { return impl_->Lead(); }
+
+absl::Status FleetPlanSync::Watch(std::function<void(uint64_t version)> on_version) {
+  return impl_->Watch(std::move(on_version));
+}
+
+bool FleetPlanSync::NewerPlanAnnounced() const {
+  return impl_->announced.load(std::memory_order_acquire) >
+         impl_->seen_at_step.load(std::memory_order_acquire);
+}
+
+absl::Status FleetPlanSync::Resign() { return impl_->Resign(); }
 
 }  // namespace gearbox

@@ -4,11 +4,15 @@
 // alone, so its reads and writes are one step). Every reply is checked for
 // its type and size before use; a reply of the wrong shape is kDataLoss.
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <sys/time.h>
 
+#include <atomic>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 
 #include "gearbox/fleet.h"
 #include "src/common/errors.h"
@@ -485,6 +489,144 @@ absl::Status RedisFleetStore::ReleaseLease(std::string_view key, std::string_vie
   MutexLock lock(&impl_->mu);
   absl::StatusOr<int64_t> r = impl_->EvalInteger(kReleaseScript, "release", {key}, {owner});
   return r.status();
+}
+
+absl::StatusOr<int64_t> RedisFleetStore::Publish(std::string_view channel,
+                                                 std::string_view message) {
+  MutexLock lock(&impl_->mu);
+  if (auto s = impl_->Ready(); !s.ok()) return s;
+  absl::StatusOr<Reply> r = impl_->RoundTrip({"PUBLISH", channel, message});
+  if (!r.ok()) return r.status();
+  if ((*r)->type != REDIS_REPLY_INTEGER) return impl_->ErrorReply(r->get(), "publish");
+  return static_cast<int64_t>((*r)->integer);
+}
+
+namespace {
+
+// A channel subscription on its own connection and thread (SUBSCRIBE puts a
+// connection in a mode where it only receives). The thread connects (AUTH
+// when configured), subscribes, then waits for messages in poll() slices of
+// kPollMs so that the destructor's stop is seen within one slice; a lost
+// connection (the server went away) is dropped and retried after a backoff
+// doubling from breaker_initial_backoff_ms to breaker_max_backoff_ms (real
+// time). Messages published while it is not connected are lost.
+// Thread-safety: the callback runs on the thread only; the destructor sets
+// `stop_` and joins it (so a delivery in progress ends first).
+class RedisSubscription final : public FleetSubscription {
+ public:
+  RedisSubscription(RedisFleetStoreOptions options, RedisEndpoint endpoint, std::string channel,
+                    std::function<void(std::string_view)> on_message)
+      : options_(std::move(options)),
+        endpoint_(std::move(endpoint)),
+        channel_(std::move(channel)),
+        on_message_(std::move(on_message)),
+        thread_([this] { Loop(); }) {}
+  ~RedisSubscription() override {
+    stop_.store(true, std::memory_order_release);
+    thread_.join();
+  }
+
+ private:
+  static constexpr int kPollMs = 50;
+
+  void Loop() {
+    int backoff_ms = options_.breaker_initial_backoff_ms;
+    while (!stop_.load(std::memory_order_acquire)) {
+      redisContext* c = Connect();
+      if (c == nullptr) {
+        Sleep(backoff_ms);
+        backoff_ms = std::min(options_.breaker_max_backoff_ms, 2 * backoff_ms);
+        continue;
+      }
+      backoff_ms = options_.breaker_initial_backoff_ms;
+      Receive(c);
+      redisFree(c);
+    }
+  }
+
+  // A connection subscribed to the channel, or null.
+  redisContext* Connect() {
+    redisContext* c = redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port,
+                                              Millis(options_.connect_timeout_ms));
+    if (c == nullptr) return nullptr;
+    bool ok = c->err == 0 && redisSetTimeout(c, Millis(options_.command_timeout_ms)) == REDIS_OK;
+    if (ok && !options_.password.empty()) {
+      std::vector<const char*> argv = {"AUTH"};
+      std::vector<size_t> lens = {4};
+      if (!options_.username.empty()) {
+        argv.push_back(options_.username.data());
+        lens.push_back(options_.username.size());
+      }
+      argv.push_back(options_.password.data());
+      lens.push_back(options_.password.size());
+      Reply r(static_cast<redisReply*>(
+          redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
+      ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
+    }
+    if (ok) {
+      const char* argv[2] = {"SUBSCRIBE", channel_.data()};
+      const size_t lens[2] = {9, channel_.size()};
+      Reply r(static_cast<redisReply*>(redisCommandArgv(c, 2, argv, lens)));
+      ok = r != nullptr && r->type == REDIS_REPLY_ARRAY;
+    }
+    if (!ok) {
+      redisFree(c);
+      return nullptr;
+    }
+    return c;
+  }
+
+  // Delivers messages until the connection fails or stop.
+  void Receive(redisContext* c) {
+    while (!stop_.load(std::memory_order_acquire)) {
+      void* raw = nullptr;
+      while (redisGetReplyFromReader(c, &raw) == REDIS_OK && raw != nullptr) {
+        Reply r(static_cast<redisReply*>(raw));
+        raw = nullptr;
+        Deliver(r.get());
+      }
+      if (c->err != 0) return;
+      pollfd p{c->fd, POLLIN, 0};
+      const int ready = poll(&p, 1, kPollMs);
+      if (ready < 0 && errno != EINTR) return;
+      if (ready <= 0) continue;
+      if (redisBufferRead(c) != REDIS_OK) return;  // closed or failed: reconnect
+    }
+  }
+
+  // ["message", channel, payload]; anything else (a reply of another shape) is ignored.
+  void Deliver(const redisReply* r) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) return;
+    const redisReply* kind = r->element[0];
+    const redisReply* payload = r->element[2];
+    if (kind->type != REDIS_REPLY_STRING || std::string_view(kind->str, kind->len) != "message" ||
+        payload->type != REDIS_REPLY_STRING || payload->len > options_.limits.max_value_bytes) {
+      return;
+    }
+    on_message_(std::string_view(payload->str, payload->len));
+  }
+
+  void Sleep(int ms) {
+    for (int waited = 0; waited < ms && !stop_.load(std::memory_order_acquire); waited += kPollMs) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+    }
+  }
+
+  const RedisFleetStoreOptions options_;
+  const RedisEndpoint endpoint_;
+  const std::string channel_;
+  const std::function<void(std::string_view)> on_message_;
+  std::atomic<bool> stop_{false};  // set by the destructor, read by the thread
+  std::thread thread_;             // last: starts once the fields above are set
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FleetSubscription>> RedisFleetStore::Subscribe(
+    std::string_view channel, std::function<void(std::string_view message)> on_message) {
+  if (!on_message) return internal::InvalidField("on_message", "empty", "a callback");
+  return std::unique_ptr<FleetSubscription>(new RedisSubscription(
+      impl_->options, impl_->endpoint, std::string(channel), std::move(on_message)));
 }
 
 absl::Status RedisFleetStore::PutStrings(

@@ -127,6 +127,77 @@ class FleetStatsSync::Impl {
   std::string Key(int64_t slot) const { return Cat(prefix, ":", slot); }
   int64_t SlotOf(double t) const { return static_cast<int64_t>(std::floor(t / slot_seconds)); }
 
+  // One slot of the merged window: the fleet's bucket (replicas > 0: that
+  // many pushed it) or this replica's own slot (replicas 0), weights
+  // relative to the slot's start, `decay` to now.
+  struct MergedSlot {
+    int64_t slot;
+    double start;
+    double decay;
+    double replicas;
+    std::vector<std::vector<WeightedSize>> sizes;  // [dimension]
+  };
+
+  // kFleetTotal: the other replicas push at their own updates, so the
+  // window's newest slots hold fewer replicas than the fleet has (this
+  // replica alone in its own unpushed slots). Each slot newer than the
+  // newest one with the most replicas (`complete`), and started within
+  // fill_recent_seconds, gets the missing replicas' weight, estimated as
+  // its own weight per replica, with the distribution of the complete
+  // slots: the window weighs the recent traffic as one runtime serving the
+  // whole fleet's would, without taking this replica's share for the
+  // fleet's shape (a hash split gives replicas different sizes).
+  void FillRecentSlots(double now, std::vector<MergedSlot>* slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (options.weighting != FleetWeighting::kFleetTotal || options.fill_recent_seconds <= 0) {
+      return;
+    }
+    double fleet = 0;
+    size_t complete = 0;
+    for (size_t i = 0; i < slots->size(); ++i) {
+      if ((*slots)[i].replicas >= fleet && (*slots)[i].replicas > 0) {
+        fleet = (*slots)[i].replicas;
+        complete = i;
+      }
+    }
+    if (fleet <= 1) return;
+    // The complete slots' distribution per dimension (decayed), normalized.
+    std::vector<std::map<int64_t, double>> shape(dimensions.size());
+    std::vector<double> shape_total(dimensions.size(), 0.0);
+    for (size_t i = 0; i <= complete; ++i) {
+      const MergedSlot& s = (*slots)[i];
+      if (s.replicas < fleet) continue;
+      for (size_t d = 0; d < dimensions.size(); ++d) {
+        for (const WeightedSize& w : s.sizes[d]) {
+          shape[d][w.size] += w.weight * s.decay;
+          shape_total[d] += w.weight * s.decay;
+        }
+      }
+    }
+    for (size_t i = complete + 1; i < slots->size(); ++i) {
+      MergedSlot& s = (*slots)[i];
+      const double have = std::max(s.replicas, 1.0);
+      if (have >= fleet || s.start < now - options.fill_recent_seconds) continue;
+      bool filled = false;
+      for (size_t d = 0; d < dimensions.size(); ++d) {
+        if (shape_total[d] <= 0) continue;
+        double own = 0;
+        for (const WeightedSize& w : s.sizes[d]) own += w.weight;
+        const double missing = own * (fleet / have - 1.0);
+        if (missing <= 0) continue;
+        std::map<int64_t, double> sizes;
+        for (const WeightedSize& w : s.sizes[d]) sizes[w.size] += w.weight;
+        for (const auto& [size, weight] : shape[d]) {
+          sizes[size] += missing * weight / shape_total[d];
+        }
+        s.sizes[d].clear();
+        for (const auto& [size, weight] : sizes) s.sizes[d].push_back({size, weight});
+        filled = true;
+      }
+      if (filled) ++counters.slots_filled;
+    }
+  }
+
   void StoreFailed(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (!store_failing) {
       Log(LogLevel::kWarning,
@@ -195,18 +266,15 @@ class FleetStatsSync::Impl {
     store_failing = false;
 
     // 3. Merge: fleet buckets, and local slots the fleet does not hold (not
-    // pushed yet, or a bucket lost or rejected).
-    std::vector<std::map<int64_t, double>> merged(dimensions.size());
-    double oldest = std::numeric_limits<double>::infinity();
-    bool any_fleet = false;
-    double newest_replicas = 0;
+    // pushed yet, or a bucket lost or rejected); then the recent slots fewer
+    // replicas pushed than the fleet's newest complete one are filled.
+    std::vector<MergedSlot> slots;
     const double window_start = now - window_seconds;
     for (int64_t k = first; k <= last; ++k) {
       const double start = static_cast<double>(k) * slot_seconds;
       if (start > now || start + slot_seconds <= window_start) continue;
-      const double decay = std::exp(-lambda * (now - start));
+      MergedSlot slot{k, start, std::exp(-lambda * (now - start)), 0.0, {}};
       const std::optional<FleetHash>& raw = (*read)[static_cast<size_t>(k - first)];
-      bool from_fleet = false;
       if (raw.has_value() && k <= pushed_through) {
         absl::StatusOr<FleetStatsBucket> bucket =
             DecodeFleetStatsBucket(*raw, static_cast<int>(dimensions.size()));
@@ -215,32 +283,52 @@ class FleetStatsSync::Impl {
           Log(LogLevel::kError, Cat("fleet statistics: bucket ", Key(k),
                                     " rejected (left out): ", internal::Message(bucket.status())));
         } else {
-          const double scale =
-              options.weighting == FleetWeighting::kPerReplicaMean ? 1.0 / bucket->replicas : 1.0;
-          for (size_t d = 0; d < dimensions.size(); ++d) {
-            for (const WeightedSize& w : bucket->sizes[d]) {
-              merged[d][w.size] += w.weight * decay * scale;
-            }
-          }
-          from_fleet = true;
-          any_fleet = true;
-          newest_replicas = bucket->replicas;
-          oldest = std::min(oldest, start);
+          slot.replicas = bucket->replicas;
+          slot.sizes = std::move(bucket->sizes);
         }
       }
-      if (from_fleet) continue;
-      auto mine = local.find(k);
-      if (mine == local.end()) continue;
-      for (size_t d = 0; d < mine->second.size(); ++d) {
-        if (mine->second[d] == nullptr) continue;
-        for (const WeightedSize& w : mine->second[d]->sizes) merged[d][w.size] += w.weight * decay;
+      if (slot.replicas == 0) {
+        auto mine = local.find(k);
+        if (mine == local.end()) continue;
+        slot.sizes.resize(dimensions.size());
+        for (size_t d = 0; d < mine->second.size(); ++d) {
+          if (mine->second[d] != nullptr) slot.sizes[d] = mine->second[d]->sizes;
+        }
       }
-      oldest = std::min(oldest, start);
+      slots.push_back(std::move(slot));
+    }
+    bool any_fleet = false;
+    double newest_replicas = 0;
+    for (const MergedSlot& slot : slots) {
+      if (slot.replicas == 0) continue;
+      any_fleet = true;
+      newest_replicas = slot.replicas;
+    }
+    if (any_fleet) FillRecentSlots(now, &slots);
+    std::vector<std::map<int64_t, double>> merged(dimensions.size());
+    double oldest = std::numeric_limits<double>::infinity();
+    for (const MergedSlot& slot : slots) {
+      const double scale = options.weighting == FleetWeighting::kPerReplicaMean && slot.replicas > 0
+                               ? 1.0 / slot.replicas
+                               : 1.0;
+      for (size_t d = 0; d < dimensions.size(); ++d) {
+        for (const WeightedSize& w : slot.sizes[d]) {
+          merged[d][w.size] += w.weight * slot.decay * scale;
+        }
+      }
+      oldest = std::min(oldest, slot.start);
     }
     counters.fleet_replicas_seen = newest_replicas;
     if (!any_fleet) {
       ++counters.local_only;
-      return;  // nothing shared yet: exactly the local statistics
+      // Nothing shared yet (the fleet's start: no complete slot pushed):
+      // the local window, scaled to the fleet's size when it is known.
+      if (options.weighting == FleetWeighting::kFleetTotal && options.expected_replicas > 1) {
+        for (DimensionStats& ds : stats->dimensions) {
+          for (WeightedSize& w : ds.sizes) w.weight *= options.expected_replicas;
+        }
+      }
+      return;
     }
     ++counters.merges;
     for (size_t d = 0; d < dimensions.size(); ++d) {
@@ -249,6 +337,24 @@ class FleetStatsSync::Impl {
       for (const auto& [size, weight] : merged[d]) ds.sizes.push_back({size, weight});
       const double fleet_observed = std::clamp(now - oldest, 0.0, window_seconds);
       ds.observed_seconds = std::max(ds.observed_seconds, fleet_observed);
+      MarkFleetTraffic(&ds);
+    }
+  }
+
+  // A gear this replica saw no request of in the window, whose range the
+  // fleet's window has traffic in (sizes are capped at the gear that
+  // served them), counts as used: one sample.
+  static void MarkFleetTraffic(DimensionStats* ds) {
+    size_t s = 0;
+    int64_t below = 0;
+    for (GearStats& g : ds->gears) {
+      bool used = false;
+      while (s < ds->sizes.size() && ds->sizes[s].size <= g.gear) {
+        used |= ds->sizes[s].size > below && ds->sizes[s].weight > 0;
+        ++s;
+      }
+      below = g.gear;
+      if (used && g.sample_count == 0) g.sample_count = 1;
     }
   }
 };
@@ -272,6 +378,16 @@ absl::StatusOr<std::unique_ptr<FleetStatsSync>> FleetStatsSync::Create(
   if (!(options.extra_ttl_seconds > 0 && options.extra_ttl_seconds <= 86400)) {
     return internal::InvalidFieldValue("fleet.extra_ttl_seconds", options.extra_ttl_seconds,
                                        "seconds in (0, 86400]");
+  }
+  if (!(options.fill_recent_seconds >= 0 &&
+        options.fill_recent_seconds <= adaptive.window_seconds)) {
+    return internal::InvalidFieldValue(
+        "fleet.fill_recent_seconds", options.fill_recent_seconds,
+        Cat("seconds in [0, window_seconds = ", adaptive.window_seconds, "] (0: off)"));
+  }
+  if (!(options.expected_replicas >= 0 && options.expected_replicas <= kMaxReplicas)) {
+    return internal::InvalidFieldValue("fleet.expected_replicas", options.expected_replicas,
+                                       "replicas in [0, 1e6] (0: unknown)");
   }
   if (dimensions.empty() || dimensions.size() > 64) {
     return internal::InvalidField("dimensions", Cat(dimensions.size(), " names"), "1..64");

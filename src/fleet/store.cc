@@ -139,8 +139,18 @@ class InProcessFleetStore::Impl {
 
   Clock* const clock;
   const FleetValueLimits limits;
+  // A subscriber: its callback runs under its own mutex (so destroying the
+  // subscription waits for a delivery in progress), never under `mu`.
+  struct Subscriber {
+    Mutex mu;
+    bool alive ABSL_GUARDED_BY(mu) = true;
+    std::function<void(std::string_view)> on_message;
+  };
+
   mutable Mutex mu;
   std::map<std::string, Entry, std::less<>> data ABSL_GUARDED_BY(mu);
+  std::multimap<std::string, std::shared_ptr<Subscriber>, std::less<>> subscribers
+      ABSL_GUARDED_BY(mu);
   bool available ABSL_GUARDED_BY(mu) = true;
   FleetStoreCounters counters ABSL_GUARDED_BY(mu);
 
@@ -370,6 +380,63 @@ FleetStoreCounters InProcessFleetStore::counters() const {
   return impl_->counters;
 }
 
+absl::StatusOr<int64_t> InProcessFleetStore::Publish(std::string_view channel,
+                                                     std::string_view message) {
+  std::vector<std::shared_ptr<Impl::Subscriber>> to;
+  {
+    MutexLock lock(&impl_->mu);
+    if (auto s = impl_->Begin(channel.size() + message.size()); !s.ok()) return s;
+    auto [from, end] = impl_->subscribers.equal_range(channel);
+    for (auto it = from; it != end; ++it) to.push_back(it->second);
+  }
+  int64_t delivered = 0;
+  for (const auto& sub : to) {
+    MutexLock lock(&sub->mu);
+    if (!sub->alive) continue;
+    sub->on_message(message);
+    ++delivered;
+  }
+  return delivered;
+}
+
+namespace {
+
+class InProcessSubscription final : public FleetSubscription {
+ public:
+  explicit InProcessSubscription(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
+  ~InProcessSubscription() override { cancel_(); }
+
+ private:
+  std::function<void()> cancel_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FleetSubscription>> InProcessFleetStore::Subscribe(
+    std::string_view channel, std::function<void(std::string_view message)> on_message) {
+  if (!on_message) return internal::InvalidField("on_message", "empty", "a callback");
+  auto sub = std::make_shared<Impl::Subscriber>();
+  sub->on_message = std::move(on_message);
+  {
+    MutexLock lock(&impl_->mu);
+    impl_->subscribers.emplace(std::string(channel), sub);
+  }
+  Impl* impl = impl_.get();
+  return std::unique_ptr<FleetSubscription>(new InProcessSubscription([impl, sub] {
+    {
+      MutexLock lock(&sub->mu);  // waits for a delivery in progress
+      sub->alive = false;
+    }
+    MutexLock lock(&impl->mu);
+    for (auto it = impl->subscribers.begin(); it != impl->subscribers.end(); ++it) {
+      if (it->second == sub) {
+        impl->subscribers.erase(it);
+        break;
+      }
+    }
+  }));
+}
+
 void InProcessFleetStore::SetAvailable(bool available) {
   MutexLock lock(&impl_->mu);
   impl_->available = available;
@@ -455,6 +522,19 @@ absl::Status OutageFleetStore::PutStrings(
     std::span<const std::pair<std::string, std::string>> entries, int64_t ttl_ms) {
   GEARBOX_OUTAGE_GUARD();
   return inner_->PutStrings(entries, ttl_ms);
+}
+absl::StatusOr<int64_t> OutageFleetStore::Publish(std::string_view channel,
+                                                  std::string_view message) {
+  GEARBOX_OUTAGE_GUARD();
+  return inner_->Publish(channel, message);
+}
+absl::StatusOr<std::unique_ptr<FleetSubscription>> OutageFleetStore::Subscribe(
+    std::string_view channel, std::function<void(std::string_view message)> on_message) {
+  // Subscribing is local; while down, messages are dropped (a dead server delivers none).
+  std::function<bool()> down = down_;
+  return inner_->Subscribe(channel, [down, on_message](std::string_view m) {
+    if (!down || !down()) on_message(m);
+  });
 }
 absl::StatusOr<std::vector<std::optional<std::string>>> OutageFleetStore::GetStrings(
     std::span<const std::string> keys) {

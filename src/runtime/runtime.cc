@@ -64,6 +64,7 @@ class AdaptiveGearRuntime::Impl {
         events(initial.num_dimensions(), options.event_buffer_events),
         last_update_time(now),
         replan_cost(options.replan.cost),
+        policy(options.policy),
         window(initial, options.adaptive, now),
         drain_cpu_share(options.drain_cpu_share) {}
 
@@ -76,6 +77,10 @@ class AdaptiveGearRuntime::Impl {
   // The replan policy's cost model: options.replan.cost until
   // SetReplanCostModel replaces it (measured compile times, say).
   GearCostModel replan_cost ABSL_GUARDED_BY(commit_mu);
+  // The policy updates run (RuntimeOptions::policy, then SetUpdatePolicy):
+  // written under commit_mu, read by RunOnce under it and by the checks and
+  // statistics without it (a switch takes effect at the next update).
+  std::atomic<UpdatePolicy> policy;
 
   mutable Mutex stats_mu;
   internal::WindowStore window ABSL_GUARDED_BY(stats_mu);
@@ -419,11 +424,12 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
   }
   // The replan policy's first plan comes as soon as the window holds enough
   // requests to plan from (the initial gears are usually a guess).
-  if (options_.policy == UpdatePolicy::kReplan && sequence == 0 &&
+  const UpdatePolicy policy = impl_->policy.load(std::memory_order_acquire);
+  if (policy == UpdatePolicy::kReplan && sequence == 0 &&
       static_cast<double>(impl_->events.appended()) >= options_.replan.min_window_weight) {
     return UpdateTrigger::kInterval;
   }
-  const double interval = options_.policy == UpdatePolicy::kReplan
+  const double interval = policy == UpdatePolicy::kReplan
                               ? options_.replan.update_interval_seconds
                               : options_.adaptive.update_interval_seconds;
   if (now - last >= interval) return UpdateTrigger::kInterval;
@@ -441,7 +447,7 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
 }
 
 double AdaptiveGearRuntime::CheckIntervalSeconds() const {
-  if (options_.policy == UpdatePolicy::kReplan) {
+  if (impl_->policy.load(std::memory_order_acquire) == UpdatePolicy::kReplan) {
     MutexLock lock(&impl_->commit_mu);
     if (impl_->sequence == 0) {
       return std::min(options_.replan.warmup_check_seconds,
@@ -455,8 +461,9 @@ WindowStats AdaptiveGearRuntime::BuildStatsSnapshot(double now) {
   SnapshotRef current = GetSnapshot();
   MutexLock lock(&impl_->stats_mu);
   impl_->FoldAllLocked();
-  return impl_->window.Summarize(now, *current,
-                                 /*with_sizes=*/options_.policy == UpdatePolicy::kReplan);
+  return impl_->window.Summarize(
+      now, *current,
+      /*with_sizes=*/impl_->policy.load(std::memory_order_acquire) == UpdatePolicy::kReplan);
 }
 
 // RuntimeOptions::merge_window_stats, on a copy: a hook that throws halfway
@@ -484,6 +491,7 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
   std::vector<GraphKey> released;
   {
     MutexLock commit(&impl_->commit_mu);
+    const UpdatePolicy policy = impl_->policy.load(std::memory_order_acquire);
     SnapshotRef current = GetSnapshot();
     WindowStats stats;
     {
@@ -491,7 +499,7 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
       impl_->FoldAllLocked();
       stats =
           impl_->window.Summarize(now, *current,
-                                  /*with_sizes=*/options_.policy == UpdatePolicy::kReplan,
+                                  /*with_sizes=*/policy == UpdatePolicy::kReplan,
                                   /*with_slots=*/static_cast<bool>(options_.merge_window_stats));
     }
     if (options_.merge_window_stats) MergeWindowStats(now, &stats);
@@ -510,7 +518,7 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     }
     if (!out_of_memory.empty()) memory.high = true;
     UpdateDecision decision;
-    switch (options_.policy) {
+    switch (policy) {
       case UpdatePolicy::kStatic:
         decision = DecideStatic(*current, memory, now);
         break;
@@ -679,6 +687,26 @@ absl::Status AdaptiveGearRuntime::SetReplanCostModel(const GearCostModel& cost) 
   MutexLock commit(&impl_->commit_mu);
   impl_->replan_cost = cost;
   return absl::OkStatus();
+}
+
+absl::Status AdaptiveGearRuntime::SetUpdatePolicy(UpdatePolicy policy) {
+  if (policy == UpdatePolicy::kReplan) {
+    ReplanOptions checked = options_.replan;
+    checked.cost = ReplanCostModel();
+    if (auto s = ValidateReplanOptions(checked); !s.ok()) return s;
+  }
+  MutexLock commit(&impl_->commit_mu);
+  if (policy == UpdatePolicy::kAdaptive &&
+      impl_->snapshots.Get()->scheme() != GearScheme::kIndependent) {
+    return internal::InvalidField("policy", "\"adaptive\"",
+                                  "the replan or static policy (a joint or sparse gear set)");
+  }
+  impl_->policy.store(policy, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+UpdatePolicy AdaptiveGearRuntime::update_policy() const {
+  return impl_->policy.load(std::memory_order_acquire);
 }
 
 GearCostModel AdaptiveGearRuntime::ReplanCostModel() const {

@@ -46,7 +46,9 @@ void GearUpdateWorker::Loop() {
     if (stop_.load(std::memory_order_acquire)) break;
     runtime_->FoldPendingEvents();
     const double now = clock.NowSeconds();
-    if (now >= next_check) {
+    if (update_now_.exchange(false, std::memory_order_acq_rel)) {
+      CheckOnce(now, /*update_now=*/true);  // the next check stays where it was
+    } else if (now >= next_check) {
       CheckOnce(now);
       interval = runtime_->CheckIntervalSeconds();
       next_check = now + interval;
@@ -56,12 +58,19 @@ void GearUpdateWorker::Loop() {
   }
 }
 
-void GearUpdateWorker::CheckOnce(double now) {
+void GearUpdateWorker::UpdateNow() {
+  update_now_.store(true, std::memory_order_release);
+  signal_.Notify();
+}
+
+void GearUpdateWorker::CheckOnce(double now, bool update_now) {
   bool updated = false;
   bool failed = false;
   std::string error;
   try {
-    if (auto trigger = runtime_->CheckTrigger(now)) {
+    std::optional<UpdateTrigger> trigger =
+        update_now ? std::optional(UpdateTrigger::kManual) : runtime_->CheckTrigger(now);
+    if (trigger) {
       auto record = runtime_->RunOnce(now, *trigger);
       if (record.ok()) {
         updated = true;

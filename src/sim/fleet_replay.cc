@@ -56,6 +56,7 @@ struct Replica {
   ReplicaReplayResult result;
   std::vector<double> update_times;
   bool active = false;
+  bool leading = false;  // a fleet of processes: holds the plan's lease (plans)
 };
 
 constexpr int64_t kMaxArtifactBytes = int64_t{64} << 20;
@@ -187,10 +188,6 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       return internal::InvalidField("--replica-index", Cat(*options.only_replica),
                                     "only with --fleet-id ID (the same in every process)");
     }
-    if (options.fleet_plan) {
-      return internal::InvalidField("--replica-index", Cat(*options.only_replica),
-                                    "not with --fleet-plan (not supported across processes yet)");
-    }
   }
   if (options.artifact_bytes < 1 || options.artifact_bytes > kMaxArtifactBytes) {
     return internal::InvalidFieldValue("--artifact-bytes", options.artifact_bytes,
@@ -277,15 +274,36 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       r.result.peak_graphs = std::max<uint64_t>(r.result.peak_graphs, r.alive.size());
     }
   };
+  // A fleet of processes with one plan: before each of its updates a
+  // replica takes or renews the lease (the store down: it keeps its role)
+  // and runs the run's policy while it leads, the static one while it
+  // follows.
+  const bool process_fleet = options.fleet_plan && options.only_replica.has_value();
+  const auto TakeRole = [&options](Replica& r) -> absl::Status {
+    absl::StatusOr<bool> lead = r.plan->Lead();
+    const bool leads = lead.ok() ? *lead : r.leading;
+    r.leading = leads;
+    return r.runtime->SetUpdatePolicy(leads ? options.policy : UpdatePolicy::kStatic);
+  };
   auto start = [&](Replica& r, int index, double at) -> absl::Status {
     r.clock.Set(at);
     r.result.replica = index;
     r.result.joined_at = at;
     RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &r.clock, &r.pool);
+    // Sharing, a replica plans from the fleet's window: its first plan
+    // waits for the fleet's min_window_weight requests (its share of them),
+    // not for that many of its own (N times longer).
+    if (options.share_stats) ro.replan.min_window_weight /= options.replicas;
     if (options.share_stats) {
       FleetStatsOptions fo;
       fo.replica_id = Cat("replica-", index);
       fo.weighting = options.weighting;
+      // The fleet's size at the start (the first plan weighs the fleet's traffic).
+      fo.expected_replicas = options.join_at.has_value() ? options.replicas - 1 : options.replicas;
+      // A replay records each request's event at its row's time, before
+      // any later update: no event lands late, so a slot is pushed as soon
+      // as it ends (a runtime serving on threads keeps the default lag).
+      fo.push_lag_seconds = 0;
       auto sync = FleetStatsSync::Create(&store, fingerprint, names, config.adaptive, fo,
                                          [](LogLevel, std::string_view) {});
       if (!sync.ok()) return sync.status();
@@ -310,11 +328,13 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       if (!artifacts.ok()) return artifacts.status();
       r.artifacts = *std::move(artifacts);
     }
-    const bool leads = index == 0;
+    // In one process replica 0 leads for the whole run; in a fleet of
+    // processes the lease decides, at every check (ProcessChecksThrough).
+    const bool leads = index == 0 && !process_fleet;
     if (options.fleet_plan) {
       FleetPlanOptions po;
       po.replica_id = Cat("replica-", index);
-      po.may_lead = leads;
+      po.may_lead = leads || process_fleet;
       auto plan = FleetPlanSync::Create(&store, fingerprint, names, po);
       if (!plan.ok()) return plan.status();
       r.plan = *std::move(plan);
@@ -323,7 +343,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     ReplicaReplayResult* result = &r.result;
     std::vector<double>* times = &r.update_times;
     Replica* self = &r;
-    ro.on_update = [result, times, self, leads, &options,
+    ro.on_update = [result, times, self, leads, index, &options,
                     &leader_updated](const UpdateRecord& rec) {
       times->push_back(rec.time);
       if (self->plan != nullptr && leads) {
@@ -335,17 +355,74 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       ++result->updates;
       if (rec.changed) ++result->updates_changed;
       if (options.on_update) options.on_update(rec);
+      if (options.on_replica_update) options.on_replica_update(index, rec);
     };
     auto created = AdaptiveGearRuntime::Create(config.dims, ro);
     if (!created.ok()) return created.status();
     r.runtime = *std::move(created);
+    if (r.plan != nullptr && process_fleet) {
+      if (auto s = TakeRole(r); !s.ok()) return s;
+      // The leader's announcements: a follower adopts between two rows, not
+      // at its next check (the subscription fails only on bad input).
+      if (auto s = r.plan->Watch(); !s.ok()) return s;
+    }
     r.schedule =
         std::make_unique<internal::ReplaySchedule>(options, at, t_end, r.runtime.get(), &r.clock);
     r.active = true;
-    if (r.plan != nullptr && !leads) Adopt(r, at);  // the fleet's plan before the first request
+    if (r.plan != nullptr && !leads && !r.leading) Adopt(r, at);  // the fleet's plan first
     SyncArtifacts(r);  // and its graphs (prewarmed from the fleet's artifacts)
     r.result.prewarm_compiles = r.result.compiles;
     r.result.prewarm_loads = r.result.artifact_loads;
+    return absl::OkStatus();
+  };
+  // With a fleet plan the leader's checks drive the followers (static
+  // policy, no schedule of their own). Before a check that updates, each
+  // follower runs an update (which pushes its window's slots through the
+  // merge hook), so the leader plans from the fleet's traffic up to then
+  // (every slot ended by then: push_lag_seconds is 0 here); after the
+  // leader's update the followers adopt the plan.
+  const auto LeaderChecksThrough = [&](double t) -> absl::Status {
+    Replica& leader = *replicas[0];
+    for (double at = leader.schedule->NextTime(); at <= t; at = leader.schedule->NextTime()) {
+      if (leader.runtime->CheckTrigger(at).has_value()) {
+        for (size_t k = 1; k < replicas.size(); ++k) {
+          Replica& f = *replicas[k];
+          if (!f.active) continue;
+          f.clock.Set(at);
+          if (auto s = f.runtime->RunOnce(at); !s.ok()) return s.status();
+        }
+      }
+      if (auto s = leader.schedule->RunThrough(at); !s.ok()) return s;
+      SyncArtifacts(leader);
+      if (!leader_updated) continue;
+      leader_updated = false;
+      for (size_t k = 1; k < replicas.size(); ++k) {
+        Replica& f = *replicas[k];
+        if (!f.active) continue;
+        f.clock.Set(at);
+        Adopt(f, at);
+        SyncArtifacts(f);
+      }
+    }
+    return absl::OkStatus();
+  };
+  // A fleet of processes: at each of its checks the replica takes its role,
+  // updates (the leader its policy's check; a follower an update that
+  // pushes its statistics), then publishes or adopts.
+  const auto ProcessChecksThrough = [&](Replica& r, double t) -> absl::Status {
+    for (double at = r.schedule->NextTime(); at <= t; at = r.schedule->NextTime()) {
+      if (auto s = TakeRole(r); !s.ok()) return s;
+      const uint64_t updates = r.result.updates;
+      if (auto s = r.schedule->RunThrough(at); !s.ok()) return s;
+      if (!r.leading && r.result.updates == updates) {
+        r.clock.Set(at);
+        if (auto s = r.runtime->RunOnce(at); !s.ok()) return s.status();
+      }
+      absl::StatusOr<FleetPlanStep> step = r.plan->Step(r.runtime.get(), at);
+      if (step.ok() && step->published) ++r.result.plan_publications;
+      if (step.ok() && step->adopted) ++r.result.plan_adoptions;
+      SyncArtifacts(r);
+    }
     return absl::OkStatus();
   };
   // With only_replica the other replicas are not simulated in this process:
@@ -382,21 +459,27 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         if (auto s = start(last, options.replicas - 1, t); !s.ok()) return s;
       }
     }
+    if (options.fleet_plan && !process_fleet && replicas[0]->active) {
+      if (auto s = LeaderChecksThrough(t); !s.ok()) return s;
+    }
+    if (process_fleet) {
+      for (auto& r : replicas) {
+        if (!r->active) continue;
+        if (auto s = ProcessChecksThrough(*r, t); !s.ok()) return s;
+        if (r->leading || !r->plan->NewerPlanAnnounced()) continue;
+        r->clock.Set(t);
+        absl::StatusOr<FleetPlanStep> step = r->plan->Step(r->runtime.get(), t);
+        if (step.ok() && step->adopted) {
+          ++r->result.plan_adoptions;
+          ++r->result.plan_notified_adoptions;
+        }
+        SyncArtifacts(*r);
+      }
+    }
     for (auto& r : replicas) {
       if (!r->active) continue;
       if (auto s = r->schedule->RunThrough(t); !s.ok()) return s;
       SyncArtifacts(*r);
-    }
-    if (leader_updated) {
-      leader_updated = false;
-      for (size_t k = 1; k < replicas.size(); ++k) {
-        Replica& f = *replicas[k];
-        if (!f.active) continue;
-        f.clock.Set(t);
-        if (auto s = f.runtime->RunOnce(t); !s.ok()) return s.status();
-        Adopt(f, t);
-        SyncArtifacts(f);
-      }
     }
     const int active = last_joined ? options.replicas : options.replicas - 1;
     const int64_t* row = trace.row(i);
@@ -448,6 +531,8 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   for (auto& r : replicas) {
     if (!r->active) continue;
     if (auto s = r->schedule->RunRest(); !s.ok()) return s;
+    // Done: a process that leads hands the lease on (the others still run).
+    if (process_fleet) (void)r->plan->Resign();
   }
 
   FleetReplayResult out;
@@ -575,6 +660,7 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["fleet_read_failures"] = x.fleet.read_failures;
     e["plan_publications"] = x.plan_publications;
     e["plan_adoptions"] = x.plan_adoptions;
+    e["plan_notified_adoptions"] = x.plan_notified_adoptions;
     e["artifact_puts"] = x.artifacts.puts;
     e["artifact_corrupt"] = x.artifacts.corrupt;
     e["artifact_lease_waits"] = x.artifacts.lease_waits;

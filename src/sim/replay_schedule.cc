@@ -129,6 +129,13 @@ absl::Status ReplaySchedule::RunThrough(double t, const std::function<void(doubl
   return absl::OkStatus();
 }
 
+double ReplaySchedule::NextTime() const {
+  double next = std::numeric_limits<double>::infinity();
+  if (checks_ && next_check_ <= last_row_) next = next_check_;
+  if (next_update_ < update_at_.size()) next = std::min(next, update_at_[next_update_]);
+  return next;
+}
+
 absl::Status ReplaySchedule::RunRest(const std::function<void(double)>& before) {
   return RunThrough(std::numeric_limits<double>::infinity(), before);
 }

@@ -66,6 +66,10 @@ class ReplaySchedule {
   // After the last row: everything left (requested times after the last row).
   absl::Status RunRest(const std::function<void(double)>& before = {});
 
+  // The time of the next check or requested update (+inf when none is left
+  // at or before the last row's time, or with the static policy).
+  double NextTime() const;
+
   // The latest of the last row's time and the last check or update run.
   double end() const { return end_; }
 
