@@ -271,9 +271,15 @@ TEST_P(FleetPlanTest, AnAnnouncementWakesTheFollowersWorkerToAdopt) {
   ASSERT_TRUE(leader->Step(runtimes_[0].get(), 100)->leader);
   ASSERT_TRUE(runtimes_[0]->CommitUpdate({{64, 16384}}, 100).ok());
   ASSERT_TRUE(leader->Step(runtimes_[0].get(), 100)->announced);
+  // The leader announced twice (its first version, then this one): the
+  // worker runs one update per announcement it has not yet seen (two
+  // announcements before it wakes are one update), and each adopts the
+  // newest version. The clock never moves, so every check is an update.
+  const std::vector<int64_t> expected{64, 16384};
   (*rt)->worker()->WaitForChecksForTesting(1);
-  EXPECT_EQ(Gears(**rt), (std::vector<int64_t>{64, 16384}));
-  EXPECT_EQ((*rt)->worker()->updates(), 1u);
+  if (Gears(**rt) != expected) (*rt)->worker()->WaitForChecksForTesting(2);
+  EXPECT_EQ(Gears(**rt), expected);
+  EXPECT_EQ((*rt)->worker()->updates(), (*rt)->worker()->checks());
   (*rt)->StopWorker();
 }
 

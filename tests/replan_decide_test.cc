@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "gearbox/replan_policy.h"
+#include "gearbox/update_record.h"
 #include "src/policy/replan_internal.h"
 #include "tests/policy_fixtures.h"
 
@@ -338,6 +339,58 @@ TEST(GearCaps, EveryCapIsAtLeastOneAndAtMostThePerDimensionMaximum) {
       EXPECT_LE(k, 32);
     }
   }
+}
+
+TEST(ReplanDecision, FollowsADriftWhereTheWindowsBinsAgree) {
+  // 400 decayed requests of 1000 on gear 4096. Without drift the planned
+  // gear is 1000; with sizes growing x4 an hour (agreed by 95 % of the bins'
+  // pairs) the target plans for the next drift_lead_seconds (300 s): the
+  // sizes' path from 1000 up to 1000 x exp(slope x 300) = 1122.
+  Window w = MakeWindow({{4096, 400, 0}}, {{1000, 400.0}});
+  const UpdateDecision still = Decide(w);
+  ASSERT_FALSE(still.record.targets[0].empty());
+  EXPECT_EQ(still.record.targets[0].front(), 1000);
+  DimensionStats& ds = w.stats.dimensions[0];
+  ds.size_drift_per_second = std::log(4.0) / 3600.0;
+  ds.size_drift_agreement = 0.95;
+  ds.size_drift_bins = 30;
+  const UpdateDecision up = Decide(w);
+  ASSERT_EQ(up.record.drift.size(), 1u);
+  EXPECT_TRUE(up.record.drift[0].followed);
+  EXPECT_EQ(up.record.drift[0].bins, 30);
+  const std::vector<int64_t>& target = up.record.targets[0];
+  ASSERT_GE(target.size(), 2u);
+  EXPECT_GT(target.front(), 1000);
+  // The planned gears reach the path's end (above them: the tail to 4096).
+  const int64_t planned_top = *std::prev(std::upper_bound(target.begin(), target.end(), 1200));
+  EXPECT_GE(planned_top, 1100);
+  EXPECT_LE(planned_top, 1123);
+  EXPECT_THAT(UpdateRecordToJson(up.record), HasSubstr("\"drift\":{\"SEQLEN\":{\"per_second\":"));
+  // Too few bins agree, too few bins, or following switched off: the window as it is.
+  ReplanOptions off;
+  off.drift_lead_seconds = 0;
+  ds.size_drift_agreement = 0.7;
+  EXPECT_EQ(Decide(w).record.targets[0], still.record.targets[0]);
+  EXPECT_FALSE(Decide(w).record.drift[0].followed);
+  ds.size_drift_agreement = 0.95;
+  ds.size_drift_bins = 10;
+  EXPECT_EQ(Decide(w).record.targets[0], still.record.targets[0]);
+  ds.size_drift_bins = 30;
+  EXPECT_EQ(Decide(w, {}, off).record.targets[0], still.record.targets[0]);
+}
+
+TEST(ReplanDecision, DriftOptionsAreValidated) {
+  ReplanOptions o;
+  o.drift_agreement = 0.4;
+  EXPECT_THAT(std::string(ValidateReplanOptions(o).message()), HasSubstr("replan.drift_agreement"));
+  o = {};
+  o.drift_min_bins = 31;
+  EXPECT_THAT(std::string(ValidateReplanOptions(o).message()), HasSubstr("replan.drift_min_bins"));
+  o = {};
+  o.drift_lead_seconds = -1;
+  EXPECT_THAT(std::string(ValidateReplanOptions(o).message()),
+              HasSubstr("replan.drift_lead_seconds"));
+  EXPECT_TRUE(ValidateReplanOptions(ReplanOptions{}).ok());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/stats/gear_window.h"
+#include "src/stats/size_drift.h"
 
 namespace gearbox {
 namespace {
@@ -147,6 +148,79 @@ TEST(GearWindow, MemoryStaysBoundedWhateverTheRate) {
   const GearStats s = w.Summarize(600.0, geo);
   EXPECT_GT(s.sample_count, 2900000u);
   EXPECT_NEAR(static_cast<double>(s.raw_samples.Median()), 768.0, 768.0 / 100);
+}
+
+// ---- SizeDrift: whether the sizes drift (DimensionStats::size_drift_*) ----
+
+using internal::SizeDrift;
+
+// 60 one-minute bins' worth of sizes around exp(log_start + slope * t), with
+// a log-normal spread; `burst` adds, from minute 20 to 23, 4x the traffic at
+// 8x the size.
+SizeDrift DriftOf(double slope, bool burst, uint64_t seed) {
+  SizeDrift drift(60.0, 30);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> spread(0.0, 1.0);
+  for (int i = 0; i < 5 * 1800; ++i) {
+    const double t = 0.2 * i;
+    const double log_size = std::log(1000.0) + slope * t + spread(rng);
+    drift.Add(t, static_cast<int64_t>(std::exp(log_size)) + 1, 1);
+    if (burst && t >= 1200 && t < 1380) {
+      for (int k = 0; k < 4; ++k) {
+        drift.Add(t, static_cast<int64_t>(std::exp(std::log(8000.0) + 0.3 * spread(rng))), 1);
+      }
+    }
+  }
+  return drift;
+}
+
+TEST(SizeDrift, ADriftIsMeasuredAndMostPairsAgree) {
+  // x4 an hour: log(4) / 3600 per second.
+  const double slope = std::log(4.0) / 3600.0;
+  // At 1800 s the ring holds minutes 1..30; minute 30 has no sample yet.
+  const SizeDrift::Estimate e = DriftOf(slope, false, 1).At(1800.0);
+  EXPECT_EQ(e.bins, 29);
+  EXPECT_NEAR(e.slope, slope, 0.25 * slope);
+  EXPECT_GE(e.agreement, 0.8);  // ReplanOptions::drift_agreement's default
+  const SizeDrift::Estimate down = DriftOf(-slope, false, 2).At(1800.0);
+  EXPECT_NEAR(down.slope, -slope, 0.25 * slope);
+  EXPECT_GE(down.agreement, 0.8);
+}
+
+TEST(SizeDrift, StationaryTrafficAndABurstDoNotLookLikeADrift) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const SizeDrift::Estimate flat = DriftOf(0.0, false, seed).At(1800.0);
+    EXPECT_LT(flat.agreement, 0.75) << seed;
+    // A burst moves three of the thirty bins' medians a long way: most pairs
+    // of bins still disagree about a trend.
+    const SizeDrift::Estimate burst = DriftOf(0.0, true, seed).At(1800.0);
+    EXPECT_LT(burst.agreement, 0.75) << seed;
+  }
+}
+
+TEST(SizeDrift, ThinBinsAndOldSamplesDoNotCount) {
+  SizeDrift drift(60.0, 30);
+  EXPECT_EQ(drift.At(0.0).bins, 0);
+  for (int minute = 0; minute < 40; ++minute) {
+    // 25 samples a minute spread over a factor e around 100 x 1.05^minute,
+    // except 5 in minute 35.
+    const int n = minute == 35 ? 5 : 25;
+    for (int i = 0; i < n; ++i) {
+      const double size = 100.0 * std::pow(1.05, minute) * std::exp((i - 12) / 24.0);
+      drift.Add(minute * 60.0 + i, static_cast<int64_t>(size), 1);
+    }
+  }
+  // Minutes 10..39 are in the ring; minute 35 is too thin.
+  EXPECT_EQ(drift.At(40 * 60.0 - 1).bins, 29);
+  // A sample older than the ring holds is ignored, not folded into a bin.
+  drift.Add(0.0, 1 << 20, 1000);
+  EXPECT_EQ(drift.At(40 * 60.0 - 1).bins, 29);
+  EXPECT_GE(drift.At(40 * 60.0 - 1).agreement, 0.95);  // sizes grew every minute
+  // Bad input is ignored.
+  drift.Add(std::nan(""), 100, 1);
+  drift.Add(1.0, 0, 1);
+  drift.Add(1.0, 100, -3);
+  EXPECT_EQ(drift.At(40 * 60.0 - 1).bins, 29);
 }
 
 }  // namespace

@@ -51,6 +51,17 @@ struct ReplanOptions {
   double tail_ratio = 2.0;
   // Most gear changes per dimension per update.
   int max_changes_per_update = 16;
+  // Drift (docs/POLICY.md, "Following a drift"): when the sizes of a
+  // dimension drift (DimensionStats::size_drift_*: at least drift_min_bins
+  // one-fifth-window bins with a median, and at least drift_agreement of
+  // their pairwise slopes agreeing with the trend in sign), the target is
+  // planned for the window's sizes carried along the trend over the next
+  // drift_lead_seconds instead of for the window as it was: gears go where
+  // the traffic is moving. A burst or a step moves a few bins, not the sign
+  // of most pairs, so it is not followed this way. 0 seconds: never.
+  double drift_lead_seconds = 300.0;
+  double drift_agreement = 0.8;
+  int drift_min_bins = 15;
   // Decayed requests the window needs before the policy plans from it.
   double min_window_weight = 20.0;
   // With this policy the worker updates this often (its changes are

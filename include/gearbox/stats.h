@@ -123,6 +123,11 @@ struct SlotSizes {
   std::vector<WeightedSize> sizes;  // ascending by size
 };
 
+// The size drift's bins (DimensionStats::size_drift_*): a fifth of a window
+// each, the last six windows.
+inline constexpr int kSizeDriftBinsPerWindow = 5;
+inline constexpr int kSizeDriftBins = 6 * kSizeDriftBinsPerWindow;
+
 struct DimensionStats {
   std::string name;
   double total_weighted_hits = 0.0;
@@ -137,6 +142,16 @@ struct DimensionStats {
   // sample to now, at most window_seconds): rates read from `sizes` divide
   // by its decayed length, so a young runtime does not underestimate them.
   double observed_seconds = 0.0;
+  // Whether the raw sizes drift: over the last six windows in bins of a
+  // fifth of a window (30 minutes of one-minute bins by default), each bin's
+  // median log(size), and the Theil–Sen slope between them (per second: 1e-4
+  // is 44 % an hour) with the share of the bins' pairwise slopes that agree
+  // with it in sign (about 0.5 without a trend; 1 when every later bin is
+  // larger). Bins with fewer than 20 samples do not count; `size_drift_bins`
+  // is how many did.
+  double size_drift_per_second = 0.0;
+  double size_drift_agreement = 0.0;
+  int size_drift_bins = 0;
   // The window's slots with samples, oldest first; filled only when the
   // runtime has a merge hook (RuntimeOptions::merge_window_stats).
   std::vector<SlotSizes> slot_sizes;

@@ -224,6 +224,17 @@ struct UpdateRecord {
   // Replan policy only: the planned target per dimension, the changes taken
   // and the best change declined per dimension.
   std::vector<std::vector<int64_t>> targets;
+  // Per dimension, what the window says about drift (DimensionStats::
+  // size_drift_*) and whether the target followed it (JSON "drift": {dim:
+  // {"per_second": slope of log size, "agreement": a, "bins": n,
+  // "followed": bool}}).
+  struct Drift {
+    double per_second = 0.0;
+    double agreement = 0.0;
+    int bins = 0;
+    bool followed = false;
+  };
+  std::vector<Drift> drift;
   std::vector<ChangeRecord> changes;
   std::vector<ChangeRecord> declined;
   // Joint and sparse gear sets: the scheme, the compiled combinations after

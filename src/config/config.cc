@@ -261,6 +261,8 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"min_gain_ratio", &o->min_gain_ratio},
       {"gear_holding_seconds", &o->gear_holding_seconds},
       {"min_gear_lifetime_seconds", &o->min_gear_lifetime_seconds},
+      {"drift_lead_seconds", &o->drift_lead_seconds},
+      {"drift_agreement", &o->drift_agreement},
       {"readd_cooldown_seconds", &o->readd_cooldown_seconds},
       {"tail_ratio", &o->tail_ratio},
       {"min_window_weight", &o->min_window_weight},
@@ -274,6 +276,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
     int64_t max;
   };
   const IntKey integers[] = {{"max_changes_per_update", &o->max_changes_per_update, 1024},
+                             {"drift_min_bins", &o->drift_min_bins, 1024},
                              {"max_combinations", &o->max_combinations, 4096},
                              {"max_graphs", &o->max_graphs, 65536}};
   std::set<std::string> allowed;

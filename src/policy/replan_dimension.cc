@@ -3,6 +3,7 @@
 // for all its compiles, else take the best single move toward it while one
 // clears the hysteresis band.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -319,7 +320,7 @@ class DimensionReplanner {
     if (std::string why = PastByteBudget(add, remove); !why.empty()) mv.why_not = std::move(why);
     if (add) {
       if (const std::optional<double> at = OutOfMemoryAt(memory_, d_, add)) {
-        mv.why_not = Cat("gear ", add, " ran out of memory at its compile at t = ", *at,
+        mv.why_not = Cat("gear ", add, " ran out of memory at t = ", *at,
                          " s (adaptive.out_of_memory_cooldown_seconds)");
       }
     }
@@ -482,6 +483,36 @@ class DimensionReplanner {
 
 namespace {
 
+// The sizes drift (DimensionStats::size_drift_*): enough bins, and enough of
+// their pairwise slopes agree with the trend in sign.
+bool Drifting(const DimensionStats& ds, const ReplanOptions& o) {
+  return o.drift_lead_seconds > 0 && ds.size_drift_bins >= o.drift_min_bins &&
+         ds.size_drift_agreement >= o.drift_agreement && ds.size_drift_per_second != 0;
+}
+
+// The sizes to plan for: the window's, or, where they drift, the window's
+// sizes carried along the trend over the next drift_lead_seconds (each
+// spread evenly over that path), so that the gears are where the traffic is
+// going rather than where it was.
+std::vector<WeightedSize> AnticipatedSizes(const DimensionStats& ds, const ReplanOptions& o) {
+  if (!Drifting(ds, o)) return ds.sizes;
+  const double slope = ds.size_drift_per_second;
+  constexpr int kSteps = 8;
+  std::map<int64_t, double> path;
+  for (const WeightedSize& w : ds.sizes) {
+    for (int j = 0; j < kSteps; ++j) {
+      const double tau = o.drift_lead_seconds * (j + 0.5) / kSteps;
+      const double x = static_cast<double>(w.size) * std::exp(slope * tau);
+      const int64_t size = std::max<int64_t>(1, std::llround(std::min(x, 4.0e18)));
+      path[size] += w.weight / kSteps;
+    }
+  }
+  std::vector<WeightedSize> out;
+  out.reserve(path.size());
+  for (const auto& [size, weight] : path) out.push_back({size, weight});
+  return out;
+}
+
 // The window's distribution of dimension d, or null (recorded) when it is
 // too thin to plan from.
 std::optional<Distribution> PlannableDistribution(const DimensionSpec& spec,
@@ -489,7 +520,7 @@ std::optional<Distribution> PlannableDistribution(const DimensionSpec& spec,
                                                   const DimensionCost& cost, const ReplanOptions& o,
                                                   UpdateDecision* out) {
   if (ds == nullptr) return std::nullopt;
-  Distribution dist(ds->sizes, cost.model);
+  Distribution dist(AnticipatedSizes(*ds, o), cost.model);
   if (dist.empty() || dist.total_weight() < o.min_window_weight) {
     if (out != nullptr) {
       out->record.declined.push_back(
@@ -542,6 +573,8 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
   std::vector<int64_t> target =
       PlanTarget(*dist, current, keep_max, cost, horizon, limit.max_gears, o);
   out->record.targets[d] = target;
+  out->record.drift[d] = {ds->size_drift_per_second, ds->size_drift_agreement, ds->size_drift_bins,
+                          Drifting(*ds, o)};
   // The byte budget: the gears' memory after the dimensions replanned before this one.
   std::vector<std::vector<int64_t>> grid;
   for (int e = 0; e < gears.num_dimensions(); ++e)

@@ -25,7 +25,8 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
       {"replan.gear_holding_seconds", o.gear_holding_seconds},
       {"replan.min_gear_lifetime_seconds", o.min_gear_lifetime_seconds},
       {"replan.readd_cooldown_seconds", o.readd_cooldown_seconds},
-      {"replan.min_window_weight", o.min_window_weight}};
+      {"replan.min_window_weight", o.min_window_weight},
+      {"replan.drift_lead_seconds", o.drift_lead_seconds}};
   if (!(std::isfinite(o.uncompiled_slowdown) && o.uncompiled_slowdown >= 1)) {
     return internal::InvalidFieldValue("replan.uncompiled_slowdown", o.uncompiled_slowdown,
                                        "a ratio >= 1");
@@ -49,6 +50,15 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
   if (!(std::isfinite(o.update_interval_seconds) && o.update_interval_seconds >= 0)) {
     return internal::InvalidFieldValue("replan.update_interval_seconds", o.update_interval_seconds,
                                        "a finite number of seconds >= 0");
+  }
+  if (!(o.drift_agreement >= 0.5 && o.drift_agreement <= 1.0)) {
+    return internal::InvalidFieldValue("replan.drift_agreement", o.drift_agreement,
+                                       "a share in [0.5, 1] (0.5: any trend)");
+  }
+  if (o.drift_min_bins < 2 || o.drift_min_bins > kSizeDriftBins) {
+    return internal::InvalidFieldValue(
+        "replan.drift_min_bins", o.drift_min_bins,
+        internal::Cat("an integer in [2, ", kSizeDriftBins, "] (the bins kept)"));
   }
   if (o.max_changes_per_update < 1 || o.max_changes_per_update > 1024) {
     return internal::InvalidFieldValue("replan.max_changes_per_update", o.max_changes_per_update,

@@ -141,6 +141,16 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
   };
   if (r.policy == UpdatePolicy::kReplan) {
     j["targets"] = PerDimension(r.dimensions, r.targets, false);
+    ordered_json drift = ordered_json::object();
+    for (size_t d = 0; d < r.drift.size() && d < r.dimensions.size(); ++d) {
+      const UpdateRecord::Drift& x = r.drift[d];
+      if (x.bins == 0) continue;
+      drift[r.dimensions[d]] = {{"per_second", x.per_second},
+                                {"agreement", Round6(x.agreement)},
+                                {"bins", x.bins},
+                                {"followed", x.followed}};
+    }
+    if (!drift.empty()) j["drift"] = std::move(drift);
     j["changes"] = changes(r.changes);
     j["declined"] = changes(r.declined);
   } else if (!r.declined.empty()) {

@@ -44,6 +44,7 @@ WindowStore::WindowStore(const GearSet& initial, const AdaptiveOptions& options,
   for (int d = 0; d < initial.num_dimensions(); ++d) {
     names_.push_back(initial.dimension(d).name);
     splittable_.push_back(initial.dimension(d).splittable);
+    drifts_.emplace_back(options.window_seconds / kSizeDriftBinsPerWindow, kSizeDriftBins);
     for (int64_t gear : initial.gears(d)) {
       dimensions_[d].Insert(gear,
                             std::make_unique<GearState>(gear, now, /*from_start=*/true, geometry_));
@@ -74,6 +75,7 @@ void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, cons
   const int64_t slot = geometry_.SlotIndex(time);
   const double weight = geometry_.SlotWeight(time, slot) * static_cast<double>(count);
   for (size_t d = 0; d < dimensions_.size(); ++d) {
+    drifts_[d].Add(time, raw[d], count);
     GearState* state = dimensions_[d].Find(gear[d]);
     if (state == nullptr) {
       evicted = true;
@@ -146,6 +148,10 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with
     DimensionStats& ds = stats.dimensions.emplace_back();
     ds.name = current.dimension(d).name;
     for (const auto& [gear, when] : removed_[d]) ds.recently_removed.emplace_back(gear, when);
+    const SizeDrift::Estimate drift = drifts_[static_cast<size_t>(d)].At(now);
+    ds.size_drift_per_second = drift.slope;
+    ds.size_drift_agreement = drift.agreement;
+    ds.size_drift_bins = drift.bins;
     if (with_sizes) {
       std::map<int64_t, double> weights;
       double oldest = std::numeric_limits<double>::infinity();
@@ -266,6 +272,7 @@ size_t WindowStore::MemoryBytes() const {
       bytes += state->window.MemoryBytes() + state->cleanup_keys.size() * sizeof(GraphKey);
     }
   }
+  for (const SizeDrift& drift : drifts_) bytes += drift.MemoryBytes();
   if (joint_ != nullptr) bytes += joint_->MemoryBytes();
   return bytes;
 }

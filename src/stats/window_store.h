@@ -20,6 +20,7 @@
 #include "src/stats/event_log.h"
 #include "src/stats/gear_window.h"
 #include "src/stats/joint_window.h"
+#include "src/stats/size_drift.h"
 
 namespace gearbox::internal {
 
@@ -89,6 +90,7 @@ class WindowStore {
   WindowGeometry geometry_;
   std::vector<DimensionStates> dimensions_;
   std::vector<bool> splittable_;
+  std::vector<SizeDrift> drifts_;  // per dimension: whether its raw sizes drift
   // Joint and sparse gear sets: the shapes window, the active combinations
   // and their cleanup keys (also attached to their gears).
   std::unique_ptr<JointWindow> joint_;
