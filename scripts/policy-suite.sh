@@ -6,14 +6,14 @@
 # table: padding waste, the offline optimum at the same live-graph count, their
 # ratio, compiles per hour per live graph, churn, then the worst and the median
 # per policy over the suite; plus the leave-one-out choice of replan's gear
-# lifetime. Writes the same figures as JSON (--output, default
+# lifetime and of its drift agreement. Writes the same figures as JSON (--output, default
 # out/policy-suite.json).
 #
 #   scripts/policy-suite.sh [--quick] [--output FILE] [--jobs N] [--keep DIR]
 #
 # --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
-# three of them, a 3-value lifetime grid (about 3 minutes on 2 cores);
-# otherwise every scenario at its own length (about 20 minutes on 2 cores).
+# three of them, 3-value grids (about 15 s on 2 cores);
+# otherwise every scenario at its own length (about 2.5 minutes on 2 cores).
 # BUILD_DIR (default build) holds the gearbox tool; it is built when missing
 # or out of date. OMP_NUM_THREADS defaults to 1.
 set -euo pipefail
@@ -60,7 +60,7 @@ if [[ $QUICK == 1 ]]; then
   SCENARIOS=$QUICK_SCENARIOS
   DECODE=$QUICK_DECODE
   HOURS="--hours 0.5"
-  GRID=600,2400,7200
+  GRIDS="min_gear_lifetime_seconds=600,2400,7200 drift_agreement=0.5,0.8,1"
 else
   SCENARIOS=$("$GEARBOX" trace synth --list | awk '{print $1}')
   # Decode views: every scenario of at most an hour at a served rate (the
@@ -68,7 +68,7 @@ else
   # each, see docs/POLICY.md).
   DECODE=$(echo "$SCENARIOS" | grep -v -e '24h$' -e '^high-rate$' | tr '\n' ' ')
   HOURS=""
-  GRID=600,1200,2400,3600,7200
+  GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1"
 fi
 
 # One job: make the trace, replay it, and (decode) plan the offline optimum
@@ -97,17 +97,22 @@ job() {
         >"$base.plan-$g.json"
     done
   else
-    for s in ${GRID//,/ }; do
-      $PY "$HELPER" config "$config" "$s" "$WORK/life-$s.$name.json"
-      "$GEARBOX" replay --config "$WORK/life-$s.$name.json" --trace "$trace" --policy replan \
-        --optimum --max-reject-ratio 1 --summary "$base.life-$s.json" >/dev/null 2>&1
+    local grid key v
+    for grid in $GRIDS; do
+      key=${grid%%=*}
+      for v in $(echo "${grid#*=}" | tr ',' ' '); do
+        $PY "$HELPER" config "$config" "$key" "$v" "$WORK/grid-$key-$v.$name.json"
+        "$GEARBOX" replay --config "$WORK/grid-$key-$v.$name.json" --trace "$trace" \
+          --policy replan --optimum --max-reject-ratio 1 \
+          --summary "$base.grid-$key-$v.json" >/dev/null 2>&1
+      done
     done
   fi
   rm -f "$trace"
   echo "  done $name ($view)" >&2
 }
 export -f job
-export WORK GEARBOX PY HELPER HOURS GRID
+export WORK GEARBOX PY HELPER HOURS GRIDS
 
 {
   echo "azure-conv real prefill"
@@ -117,5 +122,7 @@ export WORK GEARBOX PY HELPER HOURS GRID
 } | xargs -P "$JOBS" -L 1 bash -c 'job "$@"' _
 
 mkdir -p "$(dirname "$OUTPUT")"
-"$PY" "$HELPER" aggregate "$WORK" "$OUTPUT" --grid "$GRID"
+grid_args=()
+for grid in $GRIDS; do grid_args+=(--grid "$grid"); done
+"$PY" "$HELPER" aggregate "$WORK" "$OUTPUT" "${grid_args[@]}"
 echo "wrote $OUTPUT" >&2

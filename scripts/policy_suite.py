@@ -2,10 +2,11 @@
 """The policy suite's helper (scripts/policy-suite.sh); standard library only.
 
   policy_suite.py graphs SUMMARY.json...    the distinct round(avg_graphs) of the runs
-  policy_suite.py config BASE.json SECONDS OUT.json
-                                            BASE with replan.min_gear_lifetime_seconds
-  policy_suite.py aggregate DIR OUT.json [--grid 600,1200,...]
-                                            the table (stdout, Markdown) and OUT.json
+  policy_suite.py config BASE.json KEY VALUE OUT.json
+                                            BASE with replan.KEY = VALUE (a grid parameter)
+  policy_suite.py aggregate DIR OUT.json [--grid KEY=V1,V2,... ...]
+                                            the table (stdout, Markdown) and OUT.json; one
+                                            leave-one-out table per --grid
 
 Files in DIR (written by policy-suite.sh), TRACE a scenario or a real trace:
   TRACE.prefill.main.json   gearbox replay --optimum summary: static, adaptive, replan
@@ -13,7 +14,8 @@ Files in DIR (written by policy-suite.sh), TRACE a scenario or a real trace:
   TRACE.decode.schemes.json replan/joint and replan/sparse
   TRACE.decode.plan-G.json  gearbox plan --joint BATCHSIZE,SEQLEN --graphs G
                             --scheme independent --json
-  TRACE.prefill.life-S.json replan with min_gear_lifetime_seconds = S (leave-one-out)
+  TRACE.prefill.grid-KEY-V.json
+                            replan with replan.KEY = V (leave-one-out over KEY's grid)
   TRACE.kind                "scenario" or "real"
 """
 import json
@@ -53,10 +55,10 @@ def cmd_graphs(paths):
     print(" ".join(str(c) for c in sorted(counts)))
 
 
-def cmd_config(base, seconds, out):
+def cmd_config(base, key, value, out):
     with open(base) as f:
         c = json.load(f)
-    c.setdefault("replan", {})["min_gear_lifetime_seconds"] = float(seconds)
+    c.setdefault("replan", {})[key] = json.loads(value)
     with open(out, "w") as f:
         json.dump(c, f)
 
@@ -153,54 +155,54 @@ def summarize(rows):
     return out
 
 
-def leave_one_out(directory, grid):
-    """For each prefill trace, the replan lifetime chosen on the OTHER traces
-    and what it gives on the trace itself. The choice: among the values that
-    keep the churn targets on every other trace (compiles per hour per live
-    graph <= 2, no gear added and evicted more than once an hour), the least
-    worst ratio, then the least median; if no value keeps them, the fewest
-    traces that break them, then the same."""
-    table = {}  # trace -> {seconds: figures}
+def leave_one_out(directory, key, grid):
+    """For each prefill trace, the value of replan.KEY chosen on the OTHER
+    traces and what it gives on the trace itself. The choice: among the values
+    that keep the churn targets on every other trace (compiles per hour per
+    live graph <= 2, no gear added and evicted more than once an hour), the
+    least worst ratio, then the least median; if no value keeps them, the
+    fewest traces that break them, then the same."""
+    table = {}  # trace -> {value: figures}
     for f in os.listdir(directory):
-        m = re.fullmatch(r"(.+)\.prefill\.life-(\d+)\.json", f)
+        m = re.fullmatch(r"(.+)\.prefill\.grid-" + re.escape(key) + r"-(.+)\.json", f)
         if not m:
             continue
         (run,) = runs_of(os.path.join(directory, f)).values()
         opt, _ = optimum_1d(run)
-        table.setdefault(m.group(1), {})[int(m.group(2))] = {
+        table.setdefault(m.group(1), {})[m.group(2)] = {
             "ratio": run["padding_waste"] / opt if opt > 1e-12 else math.inf,
             "compiles_per_hour_per_graph": churn_rate(run) / max(run["avg_graphs"], 1e-9),
             "max_gear_cycles_per_hour": run["max_gear_cycles_per_hour"],
         }
-    traces = sorted(t for t in table if all(s in table[t] for s in grid))
+    traces = sorted(t for t in table if all(v in table[t] for v in grid))
     if len(traces) < 2:
         return None
 
-    def breaks(t, s):
-        f = table[t][s]
+    def breaks(t, v):
+        f = table[t][v]
         return f["compiles_per_hour_per_graph"] > 2.0 or f["max_gear_cycles_per_hour"] > 1
 
-    def score(others, s):
-        ratios = [table[t][s]["ratio"] for t in others]
-        return (sum(breaks(t, s) for t in others), max(ratios), statistics.median(ratios))
+    def score(others, v):
+        ratios = [table[t][v]["ratio"] for t in others]
+        return (sum(breaks(t, v) for t in others), max(ratios), statistics.median(ratios))
 
     per_trace = []
     for held_out in traces:
         others = [t for t in traces if t != held_out]
-        chosen = min(grid, key=lambda s: score(others, s))
+        chosen = min(grid, key=lambda v: score(others, v))
         f = table[held_out][chosen]
         per_trace.append({
             "trace": held_out,
-            "chosen_seconds": chosen,
+            "chosen": chosen,
             "ratio": f["ratio"],
             "compiles_per_hour_per_graph": f["compiles_per_hour_per_graph"],
             "max_gear_cycles_per_hour": f["max_gear_cycles_per_hour"],
-            "ratio_by_seconds": {str(s): table[held_out][s]["ratio"] for s in grid},
+            "ratio_by_value": {v: table[held_out][v]["ratio"] for v in grid},
         })
-    on_all = min(grid, key=lambda s: score(traces, s))
+    on_all = min(grid, key=lambda v: score(traces, v))
     ratios = [p["ratio"] for p in per_trace]
     return {
-        "parameter": "replan.min_gear_lifetime_seconds",
+        "parameter": f"replan.{key}",
         "grid": grid,
         "criterion": "fewest other traces breaking the churn targets (compiles/h per graph <= 2, "
                      "max cycles/h <= 1), then least worst ratio, then least median",
@@ -235,20 +237,20 @@ def print_tables(rows, summary, loo):
               f"| {num(s['compiles_per_hour_per_graph']['median'])} "
               f"| {s['short_lived_gears']['worst']} | {s['max_gear_cycles_per_hour']['worst']} "
               f"| {s['peak_graphs']['worst']} | {pct(s['eager_share']['worst'])} |")
-    if loo:
+    for one in loo:
         print()
-        print(f"Leave-one-out, {loo['parameter']} over {loo['grid']} "
-              f"({loo['criterion']}); on all traces: {loo['chosen_on_all']} s")
+        print(f"Leave-one-out, {one['parameter']} over {one['grid']} "
+              f"({one['criterion']}); on all traces: {one['chosen_on_all']}")
         print()
-        print("| held-out trace | chosen on the others (s) | ratio there | compiles/h per graph "
-              "| max cycles/h | " + " | ".join(f"ratio at {s} s" for s in loo["grid"]) + " |")
-        print("|---|---:|---:|---:|---:|" + "---:|" * len(loo["grid"]))
-        for p in loo["held_out"]:
-            print(f"| {p['trace']} | {p['chosen_seconds']} | {num(p['ratio'])} "
+        print("| held-out trace | chosen on the others | ratio there | compiles/h per graph "
+              "| max cycles/h | " + " | ".join(f"ratio at {v}" for v in one["grid"]) + " |")
+        print("|---|---:|---:|---:|---:|" + "---:|" * len(one["grid"]))
+        for p in one["held_out"]:
+            print(f"| {p['trace']} | {p['chosen']} | {num(p['ratio'])} "
                   f"| {num(p['compiles_per_hour_per_graph'])} | {p['max_gear_cycles_per_hour']} | "
-                  + " | ".join(num(p["ratio_by_seconds"][str(s)]) for s in loo["grid"]) + " |")
-        print(f"\nheld-out ratio: worst {num(loo['worst_held_out_ratio'])}, "
-              f"median {num(loo['median_held_out_ratio'])}")
+                  + " | ".join(num(p["ratio_by_value"][v]) for v in one["grid"]) + " |")
+        print(f"\nheld-out ratio: worst {num(one['worst_held_out_ratio'])}, "
+              f"median {num(one['median_held_out_ratio'])}")
 
 
 def finite(x):
@@ -262,28 +264,35 @@ def finite(x):
     return x
 
 
-def cmd_aggregate(directory, out, grid):
+def cmd_aggregate(directory, out, grids):
     rows = collect(directory)
     if not rows:
         sys.exit(f"policy_suite.py: no replay summaries in {directory}")
     summary = summarize(rows)
-    loo = leave_one_out(directory, grid) if grid else None
+    loo = [r for r in (leave_one_out(directory, key, grid) for key, grid in grids) if r]
     print_tables(rows, summary, loo)
     with open(out + ".tmp", "w") as f:
         json.dump(finite({"rows": rows, "summary": summary, "leave_one_out": loo}), f, indent=1)
     os.replace(out + ".tmp", out)
 
 
+def parse_grid(text):
+    """KEY=V1,V2,... as (KEY, [V1, V2, ...]) with the values as written."""
+    key, sep, values = text.partition("=")
+    grid = [v for v in values.split(",") if v]
+    if not sep or not re.fullmatch(r"[a-z_]+", key) or not grid:
+        sys.exit(f"policy_suite.py: --grid \"{text}\": expected KEY=V1,V2,... (a replan key)")
+    return key, grid
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "graphs":
         cmd_graphs(argv[2:])
-    elif len(argv) == 5 and argv[1] == "config":
-        cmd_config(argv[2], argv[3], argv[4])
-    elif len(argv) >= 4 and argv[1] == "aggregate":
-        grid = []
-        if len(argv) == 6 and argv[4] == "--grid":
-            grid = [int(x) for x in argv[5].split(",") if x]
-        cmd_aggregate(argv[2], argv[3], grid)
+    elif len(argv) == 6 and argv[1] == "config":
+        cmd_config(argv[2], argv[3], argv[4], argv[5])
+    elif len(argv) >= 4 and argv[1] == "aggregate" and len(argv) % 2 == 0 and all(
+            a == "--grid" for a in argv[4::2]):
+        cmd_aggregate(argv[2], argv[3], [parse_grid(g) for g in argv[5::2]])
     else:
         sys.exit(__doc__)
 

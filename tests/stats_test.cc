@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "gearbox/replan_policy.h"
 #include "src/stats/gear_window.h"
 #include "src/stats/size_drift.h"
 
@@ -154,8 +155,8 @@ TEST(GearWindow, MemoryStaysBoundedWhateverTheRate) {
 
 using internal::SizeDrift;
 
-// 60 one-minute bins' worth of sizes around exp(log_start + slope * t), with
-// a log-normal spread; `burst` adds, from minute 20 to 23, 4x the traffic at
+// 30 minutes of sizes around 1000 exp(slope t), 5 a second, with a
+// log-normal spread (sigma 0.5); `burst` adds, from minute 20 to 23, 4x the traffic at
 // 8x the size.
 SizeDrift DriftOf(double slope, bool burst, uint64_t seed) {
   SizeDrift drift(60.0, 30);
@@ -163,7 +164,7 @@ SizeDrift DriftOf(double slope, bool burst, uint64_t seed) {
   std::normal_distribution<double> spread(0.0, 1.0);
   for (int i = 0; i < 5 * 1800; ++i) {
     const double t = 0.2 * i;
-    const double log_size = std::log(1000.0) + slope * t + spread(rng);
+    const double log_size = std::log(1000.0) + slope * t + 0.5 * spread(rng);
     drift.Add(t, static_cast<int64_t>(std::exp(log_size)) + 1, 1);
     if (burst && t >= 1200 && t < 1380) {
       for (int k = 0; k < 4; ++k) {
@@ -181,16 +182,16 @@ TEST(SizeDrift, ADriftIsMeasuredAndMostPairsAgree) {
   const SizeDrift::Estimate e = DriftOf(slope, false, 1).At(1800.0);
   EXPECT_EQ(e.bins, 29);
   EXPECT_NEAR(e.slope, slope, 0.25 * slope);
-  EXPECT_GE(e.agreement, 0.8);  // ReplanOptions::drift_agreement's default
+  EXPECT_GE(e.agreement, ReplanOptions{}.drift_agreement);
   const SizeDrift::Estimate down = DriftOf(-slope, false, 2).At(1800.0);
   EXPECT_NEAR(down.slope, -slope, 0.25 * slope);
-  EXPECT_GE(down.agreement, 0.8);
+  EXPECT_GE(down.agreement, ReplanOptions{}.drift_agreement);
 }
 
 TEST(SizeDrift, StationaryTrafficAndABurstDoNotLookLikeADrift) {
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     const SizeDrift::Estimate flat = DriftOf(0.0, false, seed).At(1800.0);
-    EXPECT_LT(flat.agreement, 0.75) << seed;
+    EXPECT_LT(flat.agreement, 0.75) << seed;  // ReplanOptions::drift_agreement is 0.9
     // A burst moves three of the thirty bins' medians a long way: most pairs
     // of bins still disagree about a trend.
     const SizeDrift::Estimate burst = DriftOf(0.0, true, seed).At(1800.0);

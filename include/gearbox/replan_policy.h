@@ -60,7 +60,7 @@ struct ReplanOptions {
   // the traffic is moving. A burst or a step moves a few bins, not the sign
   // of most pairs, so it is not followed this way. 0 seconds: never.
   double drift_lead_seconds = 300.0;
-  double drift_agreement = 0.8;
+  double drift_agreement = 0.9;
   int drift_min_bins = 15;
   // Decayed requests the window needs before the policy plans from it.
   double min_window_weight = 20.0;
