@@ -70,8 +70,9 @@ struct ExecutedReplayResult {
   // when that is allowed: peak_rss_reset), and its resident set when the
   // replay started (VmRSS): the gears' share is the difference. 0 where
   // /proc/self/status is unreadable.
-  // Variants whose gear's compile ran out of memory and that ran at their
-  // exact sizes instead (ExecutorStats::out_of_memory_fallbacks).
+  // Variants whose gear's compile or run ran out of memory and that a
+  // fallback served instead (ExecutorStats::out_of_memory_fallbacks; the
+  // order is the config's executor.out_of_memory_fallback).
   uint64_t out_of_memory_fallbacks = 0;
   // Variants whose gear was refused before its compile: its predicted
   // memory would have passed memory_budget_bytes (ExecutorStats::
