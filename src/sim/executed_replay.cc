@@ -181,8 +181,10 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   AdaptiveGearRuntime& runtime = **runtime_or;
   // The budget holds the cached executables too: a gear compiled on first
   // use that would pass it runs uncached (ExecutorStats::over_budget_runs).
-  auto executor_or = GearedExecutor::Create(
-      &runtime, backend.get(), {.graph_memory_budget_bytes = options.memory_budget_bytes});
+  auto executor_or =
+      GearedExecutor::Create(&runtime, backend.get(),
+                             {.graph_memory_budget_bytes = options.memory_budget_bytes,
+                              .out_of_memory_fallback = config.executor.out_of_memory_fallback});
   if (!executor_or.ok()) return executor_or.status();
   GearedExecutor& executor = **executor_or;
   budget.Watch(&executor);  // refused executables read as pressure too
