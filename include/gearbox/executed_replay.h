@@ -74,6 +74,10 @@ struct ExecutedReplayResult {
   // fallback served instead (ExecutorStats::out_of_memory_fallbacks; the
   // order is the config's executor.out_of_memory_fallback).
   uint64_t out_of_memory_fallbacks = 0;
+  // Of those, how many each kind served (ExecutorStats::out_of_memory_larger, ...).
+  uint64_t out_of_memory_larger = 0;
+  uint64_t out_of_memory_split = 0;
+  uint64_t out_of_memory_exact = 0;
   // Variants whose gear was refused before its compile: its predicted
   // memory would have passed memory_budget_bytes (ExecutorStats::
   // predicted_over_budget_runs); they ran at their exact sizes, uncached.
