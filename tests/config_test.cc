@@ -212,7 +212,41 @@ INSTANTIATE_TEST_SUITE_P(
                   "memory_model.device_bytes: missing"},
         BadConfig{
             R"({"dims": [{"name": "A", "gears": [1]}], "memory_model": {"device_bytes": -5}})",
-            "memory_model.device_bytes: -5"}));
+            "memory_model.device_bytes: -5"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}],
+                      "executor": {"out_of_memory_fallback": "bigger"}})",
+                  "executor.out_of_memory_fallback: \"bigger\" is not allowed; \"larger\", "
+                  "\"split\" or \"exact\""},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}],
+                      "executor": {"out_of_memory_fallback": ["split", 3]}})",
+                  "executor.out_of_memory_fallback[1]: 3 is not allowed"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}],
+                      "executor": {"out_of_memory_fallback": ["exact", "split", "exact"]}})",
+                  "executor.out_of_memory_fallback[2]: \"exact\" is not allowed; each of"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}], "executor": {"fallback": "exact"}})",
+                  "executor.fallback: this key is not allowed; unknown key; allowed here: "
+                  "out_of_memory_fallback"}));
+
+// The executor section: one name, a list in order, an empty list (no
+// fallback), and the default when absent.
+TEST(Config, ExecutorOutOfMemoryFallbackIsOneNameOrAnOrderedList) {
+  const std::string dims = R"("dims": [{"name": "A", "gears": [1]}])";
+  auto c = ParseConfig("{" + dims + "}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->executor.out_of_memory_fallback,
+              ElementsAre(OutOfMemoryFallback::kLarger, OutOfMemoryFallback::kSplit,
+                          OutOfMemoryFallback::kExact));
+  c = ParseConfig("{" + dims + R"(, "executor": {"out_of_memory_fallback": "split"}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->executor.out_of_memory_fallback, ElementsAre(OutOfMemoryFallback::kSplit));
+  c = ParseConfig("{" + dims + R"(, "executor": {"out_of_memory_fallback": ["exact", "larger"]}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->executor.out_of_memory_fallback,
+              ElementsAre(OutOfMemoryFallback::kExact, OutOfMemoryFallback::kLarger));
+  c = ParseConfig("{" + dims + R"(, "executor": {"out_of_memory_fallback": []}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->executor.out_of_memory_fallback.empty());
+}
 
 // Issue 11 (defects 1, 3, 9, 10): configs that used to pass, or to fail
 // with a misleading message.

@@ -200,7 +200,8 @@ TEST(ExecutedReplay, TheArenaHoldsTheLargestGearWherePerGearWorkspacesHoldTheirS
   const auto j = nlohmann::json::parse(ExecutedReplayResultJson(*arena));
   for (const char* key :
        {"peak_per_gear_bytes", "peak_arena_bytes", "arena_slots", "largest_gear_bytes",
-        "out_of_memory_fallbacks", "predicted_over_budget_runs", "memory_predictions",
+        "out_of_memory_fallbacks", "out_of_memory_larger", "out_of_memory_split",
+        "out_of_memory_exact", "predicted_over_budget_runs", "memory_predictions",
         "memory_prediction_mean_error", "memory_prediction_max_error", "peak_rss_bytes",
         "start_rss_bytes", "peak_rss_reset"}) {
     EXPECT_TRUE(j.contains(key)) << key;

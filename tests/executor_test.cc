@@ -6,6 +6,7 @@
 #include <limits>
 #include <new>
 #include <thread>
+#include <utility>
 
 #include "src/common/mutex.h"
 
@@ -53,6 +54,15 @@ struct Shared {
   // Runs of this SEQLEN gear fail for memory (ResourceExhausted), as a run
   // whose workspace arena cannot grow does; compiles of it succeed.
   std::atomic<int64_t> fail_run_gear{-1};
+  // Runs of this BATCHSIZE gear fail for memory, as fail_run_gear's do.
+  std::atomic<int64_t> fail_run_batch{-1};
+  // The gears of every run, in order (TakeRuns empties it).
+  Mutex ran_mu;
+  std::vector<std::vector<int64_t>> ran ABSL_GUARDED_BY(ran_mu);
+  std::vector<std::vector<int64_t>> TakeRuns() {
+    MutexLock l(&ran_mu);
+    return std::exchange(ran, {});
+  }
   // bytes() of an executable: this many per gear element (B x S), or 100 when 0.
   std::atomic<int64_t> bytes_per_token{0};
   std::atomic<bool> throw_on_compile{false};
@@ -81,7 +91,11 @@ class AffineExecutable final : public Executable {
       running_.fetch_sub(1);
       return absl::InternalError("executable got tensors that are not at its gear");
     }
-    if (gears_[1] == s_->fail_run_gear.load()) {
+    {
+      MutexLock l(&s_->ran_mu);
+      s_->ran.push_back(gears_);
+    }
+    if (gears_[1] == s_->fail_run_gear.load() || gears_[0] == s_->fail_run_batch.load()) {
       running_.fetch_sub(1);
       return absl::ResourceExhaustedError("no memory for the workspace arena's growth");
     }
@@ -320,7 +334,8 @@ TEST(Executor, AnOutOfMemoryCompileIsInTheNextUpdateRecordAndHeldBackForTheCoold
   EXPECT_EQ(r->memory.recent_out_of_memory.size(), 2u);
   EXPECT_THAT(UpdateRecordToJson(*r),
               HasSubstr("\"out_of_memory\":[{\"gears\":{\"BATCHSIZE\":2,\"SEQLEN\":8},"
-                        "\"stage\":\"compile\",\"bytes\":null,\"time\":5.0,\"count\":1}"));
+                        "\"stage\":\"compile\",\"bytes\":null,\"time\":5.0,\"count\":1,"
+                        "\"served\":{\"exact\":1}}"));
   EXPECT_EQ(r->out_of_memory[0].stage, OutOfMemoryStage::kCompile);
   // The next update: nothing new, no pressure, the gears still held back.
   EXPECT_NE(f.runtime->CheckTrigger(11), UpdateTrigger::kMemory);
@@ -396,6 +411,183 @@ TEST(Executor, AnOutOfMemoryRunFallsBackToTheExactSizesAndIsInTheNextUpdateRecor
   // After the update (which may evict under the pressure): nothing leaked.
   EXPECT_EQ(f.shared.alive.load(), static_cast<int>(f.executor->cached_executables()));
   EXPECT_EQ(f.pool.bytes(), 100 * static_cast<int64_t>(f.pool.size()));
+}
+
+using Runs = std::vector<std::vector<int64_t>>;
+
+// Fault injection, "larger" (the default order's first): a compile that runs
+// out of memory serves its variant on the smallest cached combination at or
+// above its gears, padded (staged even for a zero-copy request): no compile,
+// no new memory. The update record says which fallback served.
+TEST(Executor, AnOutOfMemoryCompileRunsOnTheSmallestLargerCachedGear) {
+  Fixture f;
+  ASSERT_TRUE(f.RunAndCheck(4, 8).ok());  // caches (4,8)
+  ASSERT_TRUE(f.RunAndCheck(2, 7).ok());  // caches (2,8)
+  f.shared.TakeRuns();
+  const int64_t pool_bytes = f.pool.bytes();
+  f.shared.fail_gear = 4;  // compiles of SEQLEN 4 run out of memory
+  f.clock.Set(5);
+  ASSERT_TRUE(f.RunAndCheck(2, 3).ok());  // (2,4) fails: on (2,8), the smallest above it
+  ASSERT_TRUE(f.RunAndCheck(3, 4).ok());  // (4,4) fails: on (4,8)
+  ASSERT_TRUE(f.RunAndCheck(1, 4).ok());  // (1,4), its exact sizes, fails: on (2,8)
+  EXPECT_EQ(f.shared.TakeRuns(), (Runs{{2, 8}, {4, 8}, {2, 8}}));
+  const ExecutorStats s = f.executor->stats();
+  EXPECT_EQ(s.out_of_memory_fallbacks, 3u);
+  EXPECT_EQ(s.out_of_memory_larger, 3u);
+  EXPECT_EQ(s.out_of_memory_split + s.out_of_memory_exact, 0u);
+  EXPECT_EQ(s.compile_failures, 3u);
+  EXPECT_EQ(s.compiles, 2u);  // nothing compiled for the fallbacks
+  EXPECT_EQ(s.requests, 5u);
+  EXPECT_EQ(s.failed_requests, 0u);
+  EXPECT_EQ(f.executor->cached_executables(), 2u);
+  EXPECT_EQ(f.pool.bytes(), pool_bytes);
+  EXPECT_EQ(f.shared.alive.load(), 2);
+  absl::StatusOr<UpdateRecord> r = f.runtime->RunOnce(10);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->out_of_memory.size(), 3u);
+  EXPECT_THAT(r->out_of_memory[0].gears, ElementsAre(2, 4));
+  EXPECT_EQ(r->out_of_memory[0].served[static_cast<int>(OutOfMemoryFallback::kLarger)], 1u);
+  EXPECT_THAT(UpdateRecordToJson(*r), HasSubstr("\"count\":1,\"served\":{\"larger\":1}"));
+  // Memory back: the gear compiles and is cached again.
+  f.shared.fail_gear = -1;
+  ASSERT_TRUE(f.RunAndCheck(2, 3).ok());
+  EXPECT_EQ(f.executor->stats().out_of_memory_fallbacks, 3u);
+  EXPECT_EQ(f.shared.alive.load(), static_cast<int>(f.executor->cached_executables()));
+}
+
+// Fault injection, "split": a compile that runs out of memory with nothing
+// cached above it runs as chunks of the largest cached gear below it on the
+// splittable dimension, the remainder on the smallest that holds it.
+TEST(Executor, AnOutOfMemoryCompileSplitsOnTheLargestCachedGearBelow) {
+  Fixture f;
+  ASSERT_TRUE(f.RunAndCheck(1, 7).ok());  // caches (1,8)
+  ASSERT_TRUE(f.RunAndCheck(2, 7).ok());  // caches (2,8)
+  f.shared.TakeRuns();
+  f.shared.fail_gear = 8;                 // compiles of SEQLEN 8 (here (4,8)) run out of memory
+  ASSERT_TRUE(f.RunAndCheck(3, 6).ok());  // (4,8): chunks of 2 and 1
+  ASSERT_TRUE(f.RunAndCheck(4, 8).ok());  // exact sizes: chunks 2 and 2
+  EXPECT_EQ(f.shared.TakeRuns(), (Runs{{2, 8}, {1, 8}, {2, 8}, {2, 8}}));
+  const ExecutorStats s = f.executor->stats();
+  EXPECT_EQ(s.out_of_memory_split, 2u);
+  EXPECT_EQ(s.out_of_memory_fallbacks, 2u);
+  EXPECT_EQ(s.compiles, 2u);
+  EXPECT_EQ(s.failed_requests, 0u);
+  EXPECT_EQ(f.pool.bytes(), 200);
+  EXPECT_EQ(f.shared.alive.load(), 2);
+}
+
+// Fault injection on runs: a cached gear whose run runs out of memory is
+// served on a larger cached gear, or, with none, split on the largest below
+// (a request's chunks each on their own).
+TEST(Executor, AnOutOfMemoryRunRunsOnALargerGearOrSplits) {
+  Fixture f;
+  for (int64_t b : {1, 2, 4}) ASSERT_TRUE(f.RunAndCheck(b, 7).ok());  // caches (b,8)
+  f.shared.TakeRuns();
+  f.shared.fail_run_batch = 2;            // runs of (2,8) fail for memory
+  ASSERT_TRUE(f.RunAndCheck(2, 6).ok());  // on (4,8)
+  EXPECT_EQ(f.shared.TakeRuns(), (Runs{{2, 8}, {4, 8}}));
+  f.shared.fail_run_batch = 4;            // runs of (4,8): nothing larger
+  ASSERT_TRUE(f.RunAndCheck(3, 8).ok());  // chunks 2 on (2,8), 1 on (1,8)
+  ASSERT_TRUE(f.RunAndCheck(4, 8).ok());  // zero copy planned: chunks 2 and 2, staged
+  EXPECT_EQ(f.shared.TakeRuns(), (Runs{{4, 8}, {2, 8}, {1, 8}, {4, 8}, {2, 8}, {2, 8}}));
+  ASSERT_TRUE(f.RunAndCheck(9, 5).ok());  // chunks 4, 4, 1: each 4 splits into 2 and 2
+  EXPECT_EQ(f.shared.TakeRuns(), (Runs{{4, 8}, {2, 8}, {2, 8}, {4, 8}, {2, 8}, {2, 8}, {1, 8}}));
+  const ExecutorStats s = f.executor->stats();
+  EXPECT_EQ(s.out_of_memory_larger, 1u);
+  EXPECT_EQ(s.out_of_memory_split, 4u);
+  EXPECT_EQ(s.out_of_memory_exact, 0u);
+  EXPECT_EQ(s.out_of_memory_fallbacks, 5u);
+  EXPECT_EQ(s.compiles, 3u);
+  EXPECT_EQ(s.failed_requests, 0u);
+  EXPECT_EQ(f.executor->cached_executables(), 3u);
+  EXPECT_EQ(f.pool.bytes(), 300);
+  EXPECT_EQ(f.shared.alive.load(), 3);
+  absl::StatusOr<UpdateRecord> r = f.runtime->RunOnce(10);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->out_of_memory.size(), 2u);
+  EXPECT_THAT(r->out_of_memory[1].gears, ElementsAre(4, 8));
+  EXPECT_EQ(r->out_of_memory[1].stage, OutOfMemoryStage::kRun);
+  EXPECT_EQ(r->out_of_memory[1].count, 4u);
+  EXPECT_EQ(r->out_of_memory[1].served[static_cast<int>(OutOfMemoryFallback::kSplit)], 4u);
+  EXPECT_THAT(UpdateRecordToJson(*r), HasSubstr("\"stage\":\"run\""));
+}
+
+// The order is the configured one: a kind that is impossible, or that runs
+// out of memory in turn, passes to the next; none left fails the request
+// with the memory error (reported, nothing served).
+TEST(Executor, OutOfMemoryFallbacksFallThroughInTheConfiguredOrder) {
+  {
+    Fixture f;  // larger, split, exact
+    ASSERT_TRUE(f.RunAndCheck(4, 8).ok());
+    f.shared.TakeRuns();
+    f.shared.fail_gear = 4;
+    f.shared.fail_run_batch = 4;
+    // (2,4) out of memory; (4,8) too; nothing cached below (2,4): exact.
+    ASSERT_TRUE(f.RunAndCheck(2, 3).ok());
+    EXPECT_EQ(f.shared.TakeRuns(), (Runs{{4, 8}, {2, 3}}));
+    const ExecutorStats s = f.executor->stats();
+    EXPECT_EQ(s.out_of_memory_exact, 1u);
+    EXPECT_EQ(s.out_of_memory_fallbacks, 1u);
+    EXPECT_EQ(s.compiles, 2u);
+    EXPECT_EQ(f.shared.alive.load(), 1);  // the exact executable did not outlive its run
+  }
+  {
+    Fixture f(
+        GearScheme::kIndependent, {}, 4.0,
+        {.out_of_memory_fallback = {OutOfMemoryFallback::kExact, OutOfMemoryFallback::kLarger}});
+    ASSERT_TRUE(f.RunAndCheck(4, 8).ok());
+    f.shared.TakeRuns();
+    f.shared.fail_gear = 4;
+    ASSERT_TRUE(f.RunAndCheck(2, 3).ok());  // exact first, though (4,8) is cached
+    ASSERT_TRUE(f.RunAndCheck(1, 4).ok());  // at its exact sizes: exact impossible, larger
+    EXPECT_EQ(f.shared.TakeRuns(), (Runs{{2, 3}, {4, 8}}));
+    const ExecutorStats s = f.executor->stats();
+    EXPECT_EQ(s.out_of_memory_exact, 1u);
+    EXPECT_EQ(s.out_of_memory_larger, 1u);
+    EXPECT_EQ(f.shared.alive.load(), 1);
+  }
+  {
+    Fixture f(GearScheme::kIndependent, {}, 4.0, {.out_of_memory_fallback = {}});
+    f.shared.fail_gear = 8;
+    const absl::Status s = f.RunAndCheck(2, 6);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(s.message(), HasSubstr("out of graph memory"));
+    EXPECT_EQ(f.executor->stats().failed_requests, 1u);
+    EXPECT_EQ(f.executor->stats().out_of_memory_fallbacks, 0u);
+    EXPECT_EQ(f.shared.alive.load(), 0);
+    absl::StatusOr<UpdateRecord> r = f.runtime->RunOnce(10);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->out_of_memory.size(), 1u);
+    EXPECT_THAT(UpdateRecordToJson(*r), HasSubstr("\"count\":1,\"served\":{}"));
+  }
+}
+
+TEST(Executor, CreateRejectsARepeatedOutOfMemoryFallback) {
+  Shared shared;
+  ManualClock clock{0};
+  RuntimeOptions o;
+  o.clock = &clock;
+  o.start_worker = false;
+  auto runtime = *AdaptiveGearRuntime::Create(
+      {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {4, 8}, false, true}}, o);
+  AffineBackend backend(&shared);
+  auto e = GearedExecutor::Create(
+      runtime.get(), &backend,
+      {.out_of_memory_fallback = {OutOfMemoryFallback::kSplit, OutOfMemoryFallback::kExact,
+                                  OutOfMemoryFallback::kSplit}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.status().message(),
+              HasSubstr("ExecutorOptions.out_of_memory_fallback[2]: \"split\" is not allowed; "
+                        "each of \"larger\", \"split\" and \"exact\" at most once"));
+  e = GearedExecutor::Create(runtime.get(), &backend,
+                             {.out_of_memory_fallback = {static_cast<OutOfMemoryFallback>(7)}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(e.status().message(), HasSubstr("out_of_memory_fallback[0]: 7 is not allowed"));
+  EXPECT_THAT(ParseOutOfMemoryFallback("eager").status().message(),
+              HasSubstr("out_of_memory_fallback: \"eager\" is not allowed; \"larger\", "
+                        "\"split\" or \"exact\""));
+  EXPECT_EQ(*ParseOutOfMemoryFallback("split"), OutOfMemoryFallback::kSplit);
 }
 
 // With a budget, a gear whose predicted memory would pass it is refused

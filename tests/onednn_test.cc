@@ -438,6 +438,62 @@ TEST(OneDnn, ArenaGrowthOutOfMemoryAtRunTimeFallsBackToTheExactSizes) {
   EXPECT_EQ(u.held_bytes, 0);
 }
 
+// The same fault on the real block, with a smaller batch gear cached: the
+// default order's "split" serves the run as chunks of that gear (nothing
+// larger is cached), whose workspace the arena grants; the output equals the
+// exact-shape run, nothing is compiled for it, and once everything is
+// released the arena holds nothing.
+TEST(OneDnn, ArenaGrowthOutOfMemoryAtRunTimeSplitsOnACachedSmallerBatchGear) {
+  TransformerBlockOptions o;
+  o.hidden = 32;
+  o.heads = 4;
+  auto probe = *MakeOneDnnTransformerBackend(o);
+  auto need = [&](int64_t b, int64_t s) {
+    const int64_t gears[] = {b, s};
+    return (*probe->Compile(gears))->arena_bytes();
+  };
+  ASSERT_LT(need(2, 16), need(4, 16));
+  o.arena_limit_bytes = need(2, 16);  // gear (4,16) cannot grow its slot; (2,16) can
+  ManualClock clock{0};
+  auto pool = std::make_unique<GraphResourcePool>();
+  RuntimeOptions ro;
+  ro.clock = &clock;
+  ro.pool = pool.get();
+  ro.start_worker = false;
+  auto runtime = *AdaptiveGearRuntime::Create(
+      {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {8, 16, 32}, false, false}}, ro);
+  auto backend = *MakeOneDnnTransformerBackend(o);
+  auto executor = *GearedExecutor::Create(runtime.get(), backend.get(), {});
+  auto run = [&](int64_t b, int64_t s) {
+    Tensor x(b, s, 32), y(b, s, 32);
+    Randomize(&x, static_cast<uint64_t>(b * 100 + s));
+    const DLTensor in[] = {x.dl};
+    const DLTensor out[] = {y.dl};
+    const absl::Status st = executor->Run(in, out);
+    if (st.ok()) {
+      EXPECT_LT(MaxAbsDiff(y, RunExact(*probe, x)), 1e-5) << b << "x" << s;
+    }
+    return st;
+  };
+  ASSERT_TRUE(run(2, 12).ok());  // gear (2,16), cached
+  ASSERT_TRUE(run(3, 12).ok());  // gear (4,16): its slot cannot grow; chunks of 2 and 1 on (2,16)
+  ExecutorStats s = executor->stats();
+  EXPECT_EQ(s.out_of_memory_split, 1u);
+  EXPECT_EQ(s.out_of_memory_fallbacks, 1u);
+  EXPECT_EQ(s.compiles, 2u);  // (2,16) and (4,16); nothing for the fallback
+  EXPECT_EQ(s.failed_requests, 0u);
+  EXPECT_EQ(backend->arena_usage().held_bytes, need(2, 16));  // within the limit
+  ASSERT_TRUE(run(4, 16).ok());  // at (4,16)'s exact sizes: split into 2 and 2
+  EXPECT_EQ(executor->stats().out_of_memory_split, 2u);
+  EXPECT_EQ(executor->GearMemoryBytes(), pool->bytes() + need(2, 16));
+  executor.reset();
+  runtime.reset();
+  pool.reset();
+  const ArenaUsage u = backend->arena_usage();
+  EXPECT_EQ(u.largest_need_bytes, 0);
+  EXPECT_EQ(u.held_bytes, 0);
+}
+
 // The memory model on the real block: fitted to three small gears, it
 // predicts the memory of every other gear of the block's range (not yet
 // compiled) within 10 %. The figure quoted in docs/MEMORY.md is this test's

@@ -376,8 +376,9 @@ void PrintExecutedTable(const ReplayFlags& f, const std::vector<ExecutedReplayRe
   }
   if (std::any_of(executed.begin(), executed.end(),
                   [](const ExecutedReplayResult& r) { return r.out_of_memory_fallbacks > 0; })) {
-    erow("out-of-memory compiles run exact", [](const ExecutedReplayResult& r) {
-      return fmt::format("{}", r.out_of_memory_fallbacks);
+    erow("out-of-memory fallbacks (larger/split/exact)", [](const ExecutedReplayResult& r) {
+      return fmt::format("{} ({}/{}/{})", r.out_of_memory_fallbacks, r.out_of_memory_larger,
+                         r.out_of_memory_split, r.out_of_memory_exact);
     });
   }
   erow("padding waste", [](const ExecutedReplayResult& r) { return Percent(r.padding_waste); });

@@ -12,7 +12,8 @@
 //     "replan": {"compile_seconds": 2.0, ...},
 //     "scheme": "joint", "combinations": [[8, 1024], [64, 4096]],
 //     "memory_model": {"device_bytes": 8e10, "base_bytes": 6e10,
-//                      "graph_fixed_bytes": 2e7, "graph_bytes_per_element": 4096}
+//                      "graph_fixed_bytes": 2e7, "graph_bytes_per_element": 4096},
+//     "executor": {"out_of_memory_fallback": ["larger", "split", "exact"]}
 //   }
 //
 // Gear lists: an explicit list, or a named ladder: "TIMES" (the seed's:
@@ -23,6 +24,7 @@
 #ifndef GEARBOX_CONFIG_H_
 #define GEARBOX_CONFIG_H_
 
+#include <iterator>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,6 +60,14 @@ struct RuntimeConfig {
   // (joint; a number, or null: any) (gear_set.h).
   CombinationSpec combination_spec;
   std::optional<MemoryModel> memory_model;
+  // The "executor" section (executed replays pass it to ExecutorOptions):
+  // "out_of_memory_fallback", one name or a list of distinct names among
+  // "larger", "split" and "exact" (ExecutorOptions::out_of_memory_fallback).
+  struct Executor {
+    std::vector<OutOfMemoryFallback> out_of_memory_fallback{
+        std::begin(kDefaultOutOfMemoryFallbacks), std::end(kDefaultOutOfMemoryFallbacks)};
+  };
+  Executor executor;
 };
 
 // A named gear ladder (see above); `field` names the setting in errors.
@@ -73,8 +83,8 @@ GEARBOX_EXPORT absl::StatusOr<RuntimeConfig> LoadConfigFile(const std::string& p
 
 // Every problem of a configuration in one pass (empty: ParseConfig accepts
 // it). Each independent part is checked on its own: the top-level keys, each
-// dims entry, scheme, combinations, cover_ratio, adaptive, replan and
-// memory_model; a check that needs other parts (the initial gear set from
+// dims entry, scheme, combinations, cover_ratio, adaptive, replan,
+// memory_model and executor; a check that needs other parts (the initial gear set from
 // dims and combinations, max_gears_per_type against each entry's gears) runs
 // only when those parsed. Problems come in the order ParseConfig checks, so
 // the first is ParseConfig's error, message for message. A JSON syntax error

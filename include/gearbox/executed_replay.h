@@ -70,9 +70,14 @@ struct ExecutedReplayResult {
   // when that is allowed: peak_rss_reset), and its resident set when the
   // replay started (VmRSS): the gears' share is the difference. 0 where
   // /proc/self/status is unreadable.
-  // Variants whose gear's compile ran out of memory and that ran at their
-  // exact sizes instead (ExecutorStats::out_of_memory_fallbacks).
+  // Variants whose gear's compile or run ran out of memory and that a
+  // fallback served instead (ExecutorStats::out_of_memory_fallbacks; the
+  // order is the config's executor.out_of_memory_fallback).
   uint64_t out_of_memory_fallbacks = 0;
+  // Of those, how many each kind served (ExecutorStats::out_of_memory_larger, ...).
+  uint64_t out_of_memory_larger = 0;
+  uint64_t out_of_memory_split = 0;
+  uint64_t out_of_memory_exact = 0;
   // Variants whose gear was refused before its compile: its predicted
   // memory would have passed memory_budget_bytes (ExecutorStats::
   // predicted_over_budget_runs); they ran at their exact sizes, uncached.

@@ -2,16 +2,16 @@
 // snapshot -> plan -> transform (pad / split the inputs) -> compile on miss
 // (one compile per gear combination however many threads miss at once;
 // compiled outside every lock; failures reported, never cached; a compile
-// out of memory falls back to the variant's exact sizes, uncached) -> run ->
-// record -> recover (slice padding off, concatenate chunks into the
-// outputs). Compiled executables live in the runtime's GraphResourcePool
-// under cleanup keys attached to their gears (§3.4); the executor keeps its
-// own references in a table published like the gear set (epoch-protected),
-// so a request finds its executables without a lock or a shared reference
-// count. An evicted gear's executable is dropped from the table by the
-// update that evicts it (a runtime release listener) and released only
-// after every run that uses it has finished; a request never fails because
-// of a concurrent eviction.
+// or run out of memory is served by a fallback: a larger cached gear, a
+// split on smaller cached ones, or the exact sizes uncached, as
+// ExecutorOptions::out_of_memory_fallback orders) -> run -> record ->
+// recover (slice padding off, concatenate chunks into the outputs). Compiled executables live in
+// the runtime's GraphResourcePool under cleanup keys attached to their gears (§3.4); the executor
+// keeps its own references in a table published like the gear set (epoch-protected), so a request
+// finds its executables without a lock or a shared reference count. An evicted gear's executable is
+// dropped from the table by the update that evicts it (a runtime release listener) and released
+// only after every run that uses it has finished; a request never fails because of a concurrent
+// eviction.
 //
 // Thread-safety: Run may be called from any number of threads. A request
 // pins the epoch for its whole Run (as a SnapshotRef does), which delays the
@@ -21,15 +21,18 @@
 
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "gearbox/backend.h"
 #include "gearbox/export.h"
+#include "gearbox/options.h"
 #include "gearbox/runtime.h"
 
 namespace gearbox {
@@ -53,6 +56,19 @@ struct ExecutorOptions {
   // compiles cannot together pass it (what others register in the same
   // pool counts against it but is not held back).
   int64_t graph_memory_budget_bytes = 0;
+  // What a variant runs as when its gear's compile or run fails for memory
+  // (ResourceExhausted, std::bad_alloc), tried in this order
+  // (gearbox/options.h, OutOfMemoryFallback; JSON config
+  // "executor.out_of_memory_fallback"): "larger" (the smallest cached
+  // combination at or above its gears, padded: no new memory), "split" (on
+  // a splittable dimension, chunks of the largest cached gear below), then
+  // "exact" (compiled at its exact sizes, cached nowhere). A kind that is
+  // impossible for the variant, or that fails for memory in turn, passes to
+  // the next; one that fails for another reason fails the request, as does
+  // running out of kinds (with the memory error). Each kind at most once
+  // (Create rejects a repeat, naming it).
+  std::vector<OutOfMemoryFallback> out_of_memory_fallback{std::begin(kDefaultOutOfMemoryFallbacks),
+                                                          std::end(kDefaultOutOfMemoryFallbacks)};
 };
 
 struct ExecutorStats {
@@ -69,12 +85,16 @@ struct ExecutorStats {
   uint64_t over_budget_runs = 0;
   // Variants whose gear's compile ran out of memory (ResourceExhausted,
   // std::bad_alloc), or whose run on the gear did (ResourceExhausted: e.g.
-  // the backend's workspace arena could not grow to it), and that ran
-  // instead on an executable compiled for their exact sizes, cached nowhere
-  // (a variant already at its exact sizes has no smaller fallback: its
-  // request fails). A failed compile counts in compile_failures, the
-  // fallback's in compiles.
+  // the backend's workspace arena could not grow to it), and that a
+  // fallback of ExecutorOptions::out_of_memory_fallback served (a variant
+  // none served fails its request). A failed compile counts in
+  // compile_failures, an "exact" fallback's compile in compiles.
   uint64_t out_of_memory_fallbacks = 0;
+  // Of those, how many each kind served ("larger", "split", "exact"); they
+  // sum to out_of_memory_fallbacks.
+  uint64_t out_of_memory_larger = 0;
+  uint64_t out_of_memory_split = 0;
+  uint64_t out_of_memory_exact = 0;
   // Variants whose gear was refused before its compile: its predicted
   // memory would have passed graph_memory_budget_bytes (see there).
   uint64_t predicted_over_budget_runs = 0;
@@ -173,11 +193,29 @@ class GEARBOX_EXPORT GearedExecutor {
   // Tells the runtime that `gears` ran out of memory at `stage`, with its
   // predicted bytes when the memory model can say (the policies make room
   // and hold the gear back for the cooldown).
-  void ReportOutOfMemory(std::span<const int64_t> gears, OutOfMemoryStage stage);
-  // The out-of-memory (and over-budget) fallback: `*exact` becomes `v` at
-  // its exact sizes (padding off, eager), compiled for this run alone.
+  // `served`: the fallback kind that served the variant, if any.
+  void ReportOutOfMemory(std::span<const int64_t> gears, OutOfMemoryStage stage,
+                         std::optional<OutOfMemoryFallback> served);
+  // The "exact" out-of-memory (and the over-budget) fallback: `*exact`
+  // becomes `v` at its exact sizes (padding off, eager), compiled for this
+  // run alone.
   absl::StatusOr<std::shared_ptr<Executable>> CompileAtExactSizes(const Variant& v,
                                                                   std::optional<Variant>* exact);
+  // Runs one executable for one variant (the request's staging).
+  using RunVariant = absl::FunctionRef<absl::Status(Executable&, const Variant&)>;
+  // Serves `v`, whose gear's compile or run failed for memory (`failure`),
+  // with the first possible kind of options_.out_of_memory_fallback that
+  // does not fail for memory (see there); counts the kind that served it in
+  // `*served`, else leaves it empty. Reads the current table: the caller's
+  // epoch pin keeps its executables alive. The shared path of compiles and
+  // runs.
+  absl::Status RunOutOfMemoryFallback(const Variant& v, const GearSet& set, RunVariant run,
+                                      absl::Status failure,
+                                      std::optional<OutOfMemoryFallback>* served);
+  // The kinds; each returns nothing when it is impossible for `v`.
+  std::optional<absl::Status> RunOnLargerGear(const Variant& v, RunVariant run) const;
+  std::optional<absl::Status> RunSplit(const Variant& v, const GearSet& set, RunVariant run) const;
+  std::optional<absl::Status> RunAtExactSizes(const Variant& v, RunVariant run);
   // Whether the predicted memory of `gears` would take the gears past
   // graph_memory_budget_bytes (false when there is none or no prediction);
   // `adds`: what caching it would add (its bytes, or the arena's growth).
@@ -207,7 +245,8 @@ class GEARBOX_EXPORT GearedExecutor {
   RequestCounters& Counters();
   RequestCounters counters_[kCounterStripes];
   std::atomic<uint64_t> compiles_{0}, compile_failures_{0}, eager_{0}, over_budget_{0},
-      oom_fallbacks_{0}, predicted_over_budget_{0};
+      predicted_over_budget_{0};
+  std::atomic<uint64_t> oom_served_[3] = {};    // per OutOfMemoryFallback kind
   std::atomic<int64_t> over_budget_bytes_{0};   // see OverBudgetBytes
   std::atomic<int64_t> largest_gear_bytes_{0};  // see ExecutorStats::largest_gear_bytes
   std::atomic<uint64_t> compile_nanos_{0};

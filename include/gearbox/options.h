@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -28,6 +29,35 @@ GEARBOX_EXPORT std::string_view UpdatePolicyName(UpdatePolicy policy);
 // "static", "adaptive" or "replan"; `field` names the setting in errors.
 GEARBOX_EXPORT absl::StatusOr<UpdatePolicy> ParseUpdatePolicy(std::string_view name,
                                                               std::string_view field = "policy");
+
+// What a variant runs as when its gear's compile or run fails for memory
+// (ExecutorOptions::out_of_memory_fallback, JSON config
+// "executor.out_of_memory_fallback"; docs/MEMORY.md): the names in quotes.
+enum class OutOfMemoryFallback {
+  // "larger": on the smallest cached gear combination at or above the
+  // variant's gears in every dimension (already compiled: no new memory),
+  // padded. Impossible when none is cached.
+  kLarger,
+  // "split": on the first splittable dimension with a smaller cached gear
+  // (the other dimensions' gears unchanged), as chunks of the largest such
+  // gear and a remainder on the smallest cached one that holds it.
+  // Impossible when no splittable dimension has one.
+  kSplit,
+  // "exact": on an executable compiled for the variant's exact sizes,
+  // cached nowhere. Impossible when the variant is at its exact sizes.
+  kExact,
+};
+// The default order: no new memory first, then smaller pieces, then a compile.
+inline constexpr OutOfMemoryFallback kDefaultOutOfMemoryFallbacks[] = {
+    OutOfMemoryFallback::kLarger, OutOfMemoryFallback::kSplit, OutOfMemoryFallback::kExact};
+GEARBOX_EXPORT std::string_view OutOfMemoryFallbackName(OutOfMemoryFallback fallback);
+// "larger", "split" or "exact"; `field` names the setting in errors.
+GEARBOX_EXPORT absl::StatusOr<OutOfMemoryFallback> ParseOutOfMemoryFallback(
+    std::string_view name, std::string_view field = "out_of_memory_fallback");
+// An order of fallbacks is valid when it names each kind at most once (it
+// may be empty: no fallback, the request fails with the memory error).
+GEARBOX_EXPORT absl::Status ValidateOutOfMemoryFallbacks(
+    std::span<const OutOfMemoryFallback> order, std::string_view field = "out_of_memory_fallback");
 
 struct AdaptiveOptions {
   // --- window statistics ---

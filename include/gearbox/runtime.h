@@ -225,9 +225,11 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
   // update's record lists it (UpdateRecord::out_of_memory) and runs under
   // memory pressure; for adaptive.out_of_memory_cooldown_seconds the
   // policies do not add its gears again. Ignored when the gear count is not
-  // the runtime's.
+  // the runtime's. `served`: the executor's fallback kind that served the
+  // variant instead (OutOfMemoryEvent::served), none when its request failed.
   void ReportOutOfMemory(std::span<const int64_t> gears, std::optional<int64_t> bytes,
-                         OutOfMemoryStage stage = OutOfMemoryStage::kCompile);
+                         OutOfMemoryStage stage = OutOfMemoryStage::kCompile,
+                         std::optional<OutOfMemoryFallback> served = std::nullopt);
   // Sends a message to the configured log sink.
   void Log(LogLevel level, std::string_view message) const;
 

@@ -61,15 +61,19 @@ enum class OutOfMemoryStage {
   kRun,      // JSON "run"
 };
 
-// A compile or a run that ran out of memory (the executor survived it: its
-// variant ran at its exact sizes, uncached), as reported to the runtime
-// (AdaptiveGearRuntime::ReportOutOfMemory).
+// A compile or a run that ran out of memory, as reported to the runtime
+// (AdaptiveGearRuntime::ReportOutOfMemory), and which of the executor's
+// fallbacks (ExecutorOptions::out_of_memory_fallback) served its variants.
 struct OutOfMemoryEvent {
   std::vector<int64_t> gears;    // the gear combination, one gear per dimension
   std::optional<int64_t> bytes;  // its predicted bytes, when the memory model could say
   double time = 0.0;             // the runtime clock's seconds at the (latest) failure
   uint64_t count = 1;            // failures of this combination and stage folded into the event
   OutOfMemoryStage stage = OutOfMemoryStage::kCompile;
+  // Of the `count` failures, how many each fallback kind served, indexed by
+  // OutOfMemoryFallback (JSON "served": {"larger": n, ...}, the kinds that
+  // served any); count minus their sum found no fallback (request failed).
+  uint64_t served[3] = {};
 };
 
 // What the probe said this update, and the byte budget's inputs.

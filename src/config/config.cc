@@ -303,6 +303,28 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
   return ValidateReplanOptions(*o);
 }
 
+absl::Status ParseExecutor(const json& e, RuntimeConfig::Executor* o) {
+  if (!e.is_object()) return InvalidField("executor", Shown(e), "an object");
+  if (auto s = CheckKeys(e, "executor", {"out_of_memory_fallback"}); !s.ok()) return s;
+  if (!e.contains("out_of_memory_fallback")) return absl::OkStatus();
+  const std::string field = "executor.out_of_memory_fallback";
+  const json& f = e["out_of_memory_fallback"];
+  const json list = f.is_array() ? f : json::array({f});
+  constexpr const char* kAllowed =
+      "\"larger\", \"split\" or \"exact\", or a list of them, each at most once";
+  std::vector<OutOfMemoryFallback> order;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = f.is_array() ? Cat(field, "[", i, "]") : field;
+    if (!list[i].is_string()) return InvalidField(at, Shown(list[i]), kAllowed);
+    auto kind = ParseOutOfMemoryFallback(list[i].get<std::string>(), at);
+    if (!kind.ok()) return kind.status();
+    order.push_back(*kind);
+  }
+  if (auto s = ValidateOutOfMemoryFallbacks(order, field); !s.ok()) return s;
+  o->out_of_memory_fallback = std::move(order);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MemoryModel> ParseMemoryModel(const json& m) {
   if (!m.is_object()) return InvalidField("memory_model", Shown(m), "an object");
   if (auto s =
@@ -469,7 +491,7 @@ void CheckGearsPerType(const std::vector<std::optional<DimensionSpec>>& dims,
 
 // A parsed config and every problem found, in the order ParseConfig checks:
 // top-level keys, dims entries, scheme, combinations, cover_ratio, the
-// initial gear set, adaptive, gears per type, replan, memory_model. A check
+// initial gear set, adaptive, gears per type, replan, memory_model, executor. A check
 // that needs other parts runs only when they parsed.
 struct Collected {
   RuntimeConfig config;
@@ -480,9 +502,9 @@ Collected CollectObject(const json& root) {
   Collected out;
   RuntimeConfig& config = out.config;
   Problems* problems = &out.problems;
-  *problems = UnknownKeys(
-      root, "",
-      {"dims", "adaptive", "replan", "memory_model", "scheme", "combinations", "cover_ratio"});
+  *problems = UnknownKeys(root, "",
+                          {"dims", "adaptive", "replan", "memory_model", "scheme", "combinations",
+                           "cover_ratio", "executor"});
   const auto dims = CollectDims(root, problems);
   const bool dims_ok = !dims.empty() && std::all_of(dims.begin(), dims.end(),
                                                     [](const auto& d) { return d.has_value(); });
@@ -504,6 +526,7 @@ Collected CollectObject(const json& root) {
     auto model = ParseMemoryModel(root["memory_model"]);
     if (Note(model.status(), problems)) config.memory_model = *model;
   }
+  if (root.contains("executor")) Note(ParseExecutor(root["executor"], &config.executor), problems);
   return out;
 }
 

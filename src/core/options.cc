@@ -104,4 +104,45 @@ absl::StatusOr<UpdatePolicy> ParseUpdatePolicy(std::string_view name, std::strin
                                 "\"static\", \"adaptive\" or \"replan\"");
 }
 
+std::string_view OutOfMemoryFallbackName(OutOfMemoryFallback fallback) {
+  switch (fallback) {
+    case OutOfMemoryFallback::kLarger:
+      return "larger";
+    case OutOfMemoryFallback::kSplit:
+      return "split";
+    case OutOfMemoryFallback::kExact:
+      return "exact";
+  }
+  return "?";
+}
+
+absl::StatusOr<OutOfMemoryFallback> ParseOutOfMemoryFallback(std::string_view name,
+                                                             std::string_view field) {
+  for (OutOfMemoryFallback f :
+       {OutOfMemoryFallback::kLarger, OutOfMemoryFallback::kSplit, OutOfMemoryFallback::kExact}) {
+    if (name == OutOfMemoryFallbackName(f)) return f;
+  }
+  return internal::InvalidField(field, internal::Cat("\"", name, "\""),
+                                "\"larger\", \"split\" or \"exact\"");
+}
+
+absl::Status ValidateOutOfMemoryFallbacks(std::span<const OutOfMemoryFallback> order,
+                                          std::string_view field) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto kind = static_cast<int>(order[i]);
+    if (kind < 0 || kind > static_cast<int>(OutOfMemoryFallback::kExact)) {
+      return internal::InvalidField(internal::Cat(field, "[", i, "]"), internal::Cat(kind),
+                                    "\"larger\", \"split\" or \"exact\"");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (order[j] == order[i]) {
+        return internal::InvalidField(internal::Cat(field, "[", i, "]"),
+                                      internal::Cat("\"", OutOfMemoryFallbackName(order[i]), "\""),
+                                      "each of \"larger\", \"split\" and \"exact\" at most once");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace gearbox

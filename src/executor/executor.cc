@@ -9,6 +9,8 @@
 #include <optional>
 #include <set>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "fmt/ranges.h"
 #include "gearbox/memory_model.h"
@@ -312,6 +314,10 @@ absl::StatusOr<std::unique_ptr<GearedExecutor>> GearedExecutor::Create(AdaptiveG
   if (runtime == nullptr || backend == nullptr) {
     return InvalidField("executor", "null runtime or backend", "both");
   }
+  if (absl::Status s = ValidateOutOfMemoryFallbacks(options.out_of_memory_fallback,
+                                                    "ExecutorOptions.out_of_memory_fallback");
+      !s.ok())
+    return s;
   const ModelSignature& sig = backend->signature();
   const int dims = runtime->num_dimensions();
   std::vector<bool> bound(static_cast<size_t>(dims), false);
@@ -566,10 +572,11 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileOnce(
   return exe;
 }
 
-void GearedExecutor::ReportOutOfMemory(std::span<const int64_t> gears, OutOfMemoryStage stage) {
+void GearedExecutor::ReportOutOfMemory(std::span<const int64_t> gears, OutOfMemoryStage stage,
+                                       std::optional<OutOfMemoryFallback> served) {
   const absl::StatusOr<int64_t> predicted = PredictGearBytes(gears);
   runtime_->ReportOutOfMemory(
-      gears, predicted.ok() ? std::optional<int64_t>(*predicted) : std::nullopt, stage);
+      gears, predicted.ok() ? std::optional<int64_t>(*predicted) : std::nullopt, stage, served);
 }
 
 absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileAtExactSizes(
@@ -579,6 +586,104 @@ absl::StatusOr<std::shared_ptr<Executable>> GearedExecutor::CompileAtExactSizes(
   (*exact)->eager = true;
   std::copy(v.extent, v.extent + dims, (*exact)->gear);
   return Compile({(*exact)->gear, static_cast<size_t>(dims)});
+}
+
+absl::Status GearedExecutor::RunOutOfMemoryFallback(const Variant& v, const GearSet& set,
+                                                    RunVariant run, absl::Status failure,
+                                                    std::optional<OutOfMemoryFallback>* served) {
+  for (const OutOfMemoryFallback kind : options_.out_of_memory_fallback) {
+    std::optional<absl::Status> s;
+    switch (kind) {
+      case OutOfMemoryFallback::kLarger:
+        s = RunOnLargerGear(v, run);
+        break;
+      case OutOfMemoryFallback::kSplit:
+        s = RunSplit(v, set, run);
+        break;
+      case OutOfMemoryFallback::kExact:
+        s = RunAtExactSizes(v, run);
+        break;
+    }
+    if (!s.has_value()) continue;  // impossible for this variant
+    if (s->ok()) {
+      oom_served_[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
+      *served = kind;
+      return absl::OkStatus();
+    }
+    if (!IsOutOfMemory(*s)) return *std::move(s);
+    failure = *std::move(s);  // out of memory again: the next kind
+  }
+  return failure;
+}
+
+std::optional<absl::Status> GearedExecutor::RunOnLargerGear(const Variant& v,
+                                                            RunVariant run) const {
+  const int dims = runtime_->num_dimensions();
+  const Cache::Table* table = cache_->table.load(std::memory_order_seq_cst);  // pinned
+  // The cached combination at or above v's gears with the least volume.
+  const Cache::Slot* best = nullptr;
+  double best_volume = 0.0;
+  for (const Cache::Slot& slot : table->slots) {
+    const int64_t* g = slot.combo.gear;
+    if (std::equal(g, g + dims, v.gear)) continue;
+    bool covers = true;
+    double volume = 1.0;
+    for (int d = 0; d < dims; ++d) {
+      covers = covers && g[d] >= v.gear[d];
+      volume *= static_cast<double>(g[d]);
+    }
+    if (covers && (best == nullptr || volume < best_volume)) {
+      best = &slot;
+      best_volume = volume;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  Variant larger = v;
+  std::copy(best->combo.gear, best->combo.gear + dims, larger.gear);
+  return run(*best->exe, larger);
+}
+
+std::optional<absl::Status> GearedExecutor::RunSplit(const Variant& v, const GearSet& set,
+                                                     RunVariant run) const {
+  const int dims = runtime_->num_dimensions();
+  const Cache::Table* table = cache_->table.load(std::memory_order_seq_cst);  // pinned
+  for (int d = 0; d < dims; ++d) {
+    if (!set.dimension(d).splittable) continue;
+    // Cached gears of d below v's, the other dimensions' gears v's: ascending
+    // (the table is sorted by combination, and only gear d differs).
+    std::vector<std::pair<int64_t, Executable*>> below;
+    for (const Cache::Slot& slot : table->slots) {
+      const int64_t* g = slot.combo.gear;
+      bool same_others = g[d] < v.gear[d];
+      for (int e = 0; e < dims && same_others; ++e) same_others = e == d || g[e] == v.gear[e];
+      if (same_others) below.emplace_back(g[d], slot.exe.get());
+    }
+    if (below.empty()) continue;
+    // Chunks of the largest, the remainder on the smallest that holds it.
+    Variant chunk = v;
+    for (int64_t done = 0; done < v.extent[d];) {
+      const int64_t left = v.extent[d] - done;
+      auto fit = std::lower_bound(below.begin(), below.end(), left,
+                                  [](const auto& b, int64_t n) { return b.first < n; });
+      if (fit == below.end()) --fit;
+      chunk.gear[d] = fit->first;
+      chunk.extent[d] = std::min(left, fit->first);
+      chunk.offset[d] = v.offset[d] + done;
+      if (absl::Status s = run(*fit->second, chunk); !s.ok()) return s;
+      done += chunk.extent[d];
+    }
+    return absl::OkStatus();
+  }
+  return std::nullopt;
+}
+
+std::optional<absl::Status> GearedExecutor::RunAtExactSizes(const Variant& v, RunVariant run) {
+  const int dims = runtime_->num_dimensions();
+  if (std::equal(v.gear, v.gear + dims, v.extent)) return std::nullopt;  // nothing smaller
+  std::optional<Variant> exact;
+  absl::StatusOr<std::shared_ptr<Executable>> exe = CompileAtExactSizes(v, &exact);
+  if (!exe.ok()) return exe.status();
+  return run(**exe, *exact);  // the executable is dropped after its run
 }
 
 absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
@@ -609,16 +714,20 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
   for (const DLTensor& t : outputs)
     zero_copy = zero_copy && Compact(t) && t.device.device_type == kDLCPU;
 
-  const ScratchLease lease(zero_copy ? 0 : sig.inputs.size(), zero_copy ? 0 : sig.outputs.size());
+  // Sized even for zero copy: an out-of-memory fallback may stage.
+  const ScratchLease lease(sig.inputs.size(), sig.outputs.size());
   std::vector<Staged>& in_stage = (*lease).in;
   std::vector<Staged>& out_stage = (*lease).out;
   std::vector<DLTensor>& in_views = (*lease).in_views;
   std::vector<DLTensor>& out_views = (*lease).out_views;
-  // Runs `exe` for variant `run`: on the caller's tensors (zero copy), else
-  // gathered into staging tensors at the run's gear and scattered back.
+  // Runs `exe` for variant `run`: on the caller's tensors (zero copy, when
+  // it runs at the request's sizes), else gathered into staging tensors at
+  // the run's gear and scattered back.
   auto execute = [&](Executable& exe, const Variant& run) -> absl::Status {
     RunShape shape{dims, run.gear, run.extent};
-    if (zero_copy) return exe.Run(inputs, outputs, shape);
+    if (zero_copy && std::equal(run.gear, run.gear + dims, raw) &&
+        std::equal(run.extent, run.extent + dims, raw))
+      return exe.Run(inputs, outputs, shape);
     absl::Status s;
     for (size_t i = 0; i < sig.inputs.size() && s.ok(); ++i) {
       s = Stage(sig.inputs[i], run, /*zero=*/false, &in_stage[i]);
@@ -642,7 +751,7 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
   plan.ForEachVariant([&](const Variant& planned) {
     if (!status.ok()) return;
     const Variant* run_as = &planned;
-    std::optional<Variant> exact;  // the out-of-memory fallback's variant
+    std::optional<Variant> exact;  // the over-budget refusal's variant
     const Variant& v = planned;
     const std::span<const int64_t> gears(v.gear, static_cast<size_t>(dims));
     const bool exact_sizes = std::equal(v.gear, v.gear + dims, v.extent);
@@ -673,17 +782,19 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
           absl::FailedPreconditionError("not compiled");
       if (!refused || exact_sizes)
         compiled = v.eager || refused ? Compile(gears) : CompileOnce(gears);
-      // Out of memory compiling the gear (or refused): the variant runs at its
-      // exact sizes (padding off, smaller), compiled for it alone, cached nowhere.
-      const bool out_of_memory = IsOutOfMemory(compiled.status());
-      if (out_of_memory && !v.eager) ReportOutOfMemory(gears, OutOfMemoryStage::kCompile);
-      if ((refused || out_of_memory) && !compiled.ok() && !v.eager && !exact_sizes) {
-        if (out_of_memory) oom_fallbacks_.fetch_add(1, std::memory_order_relaxed);
-        absl::StatusOr<std::shared_ptr<Executable>> fallback = CompileAtExactSizes(v, &exact);
-        if (fallback.ok() || refused) {
-          compiled = std::move(fallback);
-          run_as = &*exact;
-        }
+      // Out of memory compiling the gear: the configured fallback serves it.
+      if (IsOutOfMemory(compiled.status()) && !v.eager) {
+        std::optional<OutOfMemoryFallback> served;
+        status = RunOutOfMemoryFallback(v, *snap, execute, compiled.status(), &served);
+        ReportOutOfMemory(gears, OutOfMemoryStage::kCompile, served);
+        table = cache_->table.load(std::memory_order_seq_cst);
+        return;
+      }
+      // Refused: the variant runs at its exact sizes (padding off, smaller),
+      // compiled for it alone, cached nowhere.
+      if (refused && !compiled.ok() && !v.eager && !exact_sizes) {
+        compiled = CompileAtExactSizes(v, &exact);
+        run_as = &*exact;
       }
       if (!compiled.ok()) {
         status = compiled.status();
@@ -696,15 +807,12 @@ absl::Status GearedExecutor::Run(std::span<const DLTensor> inputs,
     }
     status = execute(*exe, *run_as);
     // Out of memory running the gear (its workspace could not be allocated):
-    // the same fallback as for a compile, at the variant's exact sizes.
+    // the same fallback as for a compile.
     if (IsOutOfMemory(status) && run_as == &planned && !v.eager) {
-      ReportOutOfMemory(gears, OutOfMemoryStage::kRun);
-      if (exact_sizes) return;  // nothing smaller: the request fails
-      oom_fallbacks_.fetch_add(1, std::memory_order_relaxed);
-      absl::StatusOr<std::shared_ptr<Executable>> fallback = CompileAtExactSizes(v, &exact);
-      if (!fallback.ok()) return;    // the run's error stands
-      owned = *std::move(fallback);  // our reference to the gear's, if any, is dropped
-      status = execute(*owned, *exact);
+      owned.reset();  // an uncached executable's memory is given back first
+      std::optional<OutOfMemoryFallback> served;
+      status = RunOutOfMemoryFallback(v, *snap, execute, status, &served);
+      ReportOutOfMemory(gears, OutOfMemoryStage::kRun, served);
     }
   });
   if (status.ok()) {
@@ -740,7 +848,14 @@ ExecutorStats GearedExecutor::stats() const {
   s.eager_variants = eager_.load(std::memory_order_relaxed);
   s.over_budget_runs = over_budget_.load(std::memory_order_relaxed);
   s.largest_gear_bytes = largest_gear_bytes_.load(std::memory_order_relaxed);
-  s.out_of_memory_fallbacks = oom_fallbacks_.load(std::memory_order_relaxed);
+  s.out_of_memory_larger = oom_served_[static_cast<size_t>(OutOfMemoryFallback::kLarger)].load(
+      std::memory_order_relaxed);
+  s.out_of_memory_split =
+      oom_served_[static_cast<size_t>(OutOfMemoryFallback::kSplit)].load(std::memory_order_relaxed);
+  s.out_of_memory_exact =
+      oom_served_[static_cast<size_t>(OutOfMemoryFallback::kExact)].load(std::memory_order_relaxed);
+  s.out_of_memory_fallbacks =
+      s.out_of_memory_larger + s.out_of_memory_split + s.out_of_memory_exact;
   s.predicted_over_budget_runs = predicted_over_budget_.load(std::memory_order_relaxed);
   s.memory_predictions = predictions_.load(std::memory_order_relaxed);
   if (s.memory_predictions > 0) {

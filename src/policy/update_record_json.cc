@@ -1,4 +1,6 @@
 #include <cmath>
+#include <iterator>
+#include <string>
 
 #include "gearbox/update_record.h"
 #include "nlohmann/json.hpp"
@@ -74,6 +76,13 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
       x["bytes"] = e.bytes ? ordered_json(*e.bytes) : ordered_json(nullptr);
       x["time"] = Round6(e.time);
       x["count"] = e.count;
+      ordered_json served = ordered_json::object();
+      for (size_t k = 0; k < std::size(e.served); ++k) {
+        if (e.served[k] == 0) continue;
+        served[std::string(OutOfMemoryFallbackName(static_cast<OutOfMemoryFallback>(k)))] =
+            e.served[k];
+      }
+      x["served"] = std::move(served);
       oom.push_back(std::move(x));
     }
     j["out_of_memory"] = std::move(oom);

@@ -364,6 +364,7 @@ void FoldOutOfMemory(std::vector<OutOfMemoryEvent>* list, const OutOfMemoryEvent
     if (x.gears == e.gears && x.stage == e.stage) {
       x.time = std::max(x.time, e.time);
       x.count += e.count;
+      for (size_t k = 0; k < std::size(x.served); ++k) x.served[k] += e.served[k];
       if (e.bytes.has_value()) x.bytes = e.bytes;
       return;
     }
@@ -373,9 +374,11 @@ void FoldOutOfMemory(std::vector<OutOfMemoryEvent>* list, const OutOfMemoryEvent
 }  // namespace
 
 void AdaptiveGearRuntime::ReportOutOfMemory(std::span<const int64_t> gears,
-                                            std::optional<int64_t> bytes, OutOfMemoryStage stage) {
+                                            std::optional<int64_t> bytes, OutOfMemoryStage stage,
+                                            std::optional<OutOfMemoryFallback> served) {
   if (static_cast<int>(gears.size()) != num_dimensions_) return;
   OutOfMemoryEvent e{{gears.begin(), gears.end()}, bytes, clock_->NowSeconds(), 1, stage};
+  if (served.has_value()) e.served[static_cast<size_t>(*served)] = 1;
   MutexLock lock(&impl_->oom_mu);
   FoldOutOfMemory(&impl_->oom_new, e);
 }

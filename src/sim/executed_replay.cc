@@ -181,8 +181,10 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   AdaptiveGearRuntime& runtime = **runtime_or;
   // The budget holds the cached executables too: a gear compiled on first
   // use that would pass it runs uncached (ExecutorStats::over_budget_runs).
-  auto executor_or = GearedExecutor::Create(
-      &runtime, backend.get(), {.graph_memory_budget_bytes = options.memory_budget_bytes});
+  auto executor_or =
+      GearedExecutor::Create(&runtime, backend.get(),
+                             {.graph_memory_budget_bytes = options.memory_budget_bytes,
+                              .out_of_memory_fallback = config.executor.out_of_memory_fallback});
   if (!executor_or.ok()) return executor_or.status();
   GearedExecutor& executor = **executor_or;
   budget.Watch(&executor);  // refused executables read as pressure too
@@ -256,6 +258,9 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
   result.over_budget_runs = es.over_budget_runs;
   result.largest_gear_bytes = es.largest_gear_bytes;
   result.out_of_memory_fallbacks = es.out_of_memory_fallbacks;
+  result.out_of_memory_larger = es.out_of_memory_larger;
+  result.out_of_memory_split = es.out_of_memory_split;
+  result.out_of_memory_exact = es.out_of_memory_exact;
   result.predicted_over_budget_runs = es.predicted_over_budget_runs;
   result.memory_predictions = es.memory_predictions;
   result.memory_prediction_mean_error = es.memory_prediction_mean_error;
@@ -290,6 +295,9 @@ std::string ExecutedReplayResultJson(const ExecutedReplayResult& r, int indent) 
   j["arena_slots"] = r.arena_slots;
   j["largest_gear_bytes"] = r.largest_gear_bytes;
   j["out_of_memory_fallbacks"] = r.out_of_memory_fallbacks;
+  j["out_of_memory_larger"] = r.out_of_memory_larger;
+  j["out_of_memory_split"] = r.out_of_memory_split;
+  j["out_of_memory_exact"] = r.out_of_memory_exact;
   j["predicted_over_budget_runs"] = r.predicted_over_budget_runs;
   j["memory_predictions"] = r.memory_predictions;
   j["memory_prediction_mean_error"] = r.memory_prediction_mean_error;
