@@ -608,7 +608,10 @@ def _shutdown(shared: _Shared, rt: Any, threads: List[threading.Thread],
         if t.is_alive() and t is not threading.current_thread():
             t.join(timeout=120)
     for e in executors:  # deferred artifact puts in progress finish
-        e.shutdown(wait=True)
+        try:
+            e.shutdown(wait=True)
+        except RuntimeError:  # collected on the put thread itself: it cannot join itself
+            e.shutdown(wait=False)
     try:
         # close() drops the listener with the runtime, and works even when this
         # finalizer runs inside that listener (garbage collected on the updating
