@@ -297,8 +297,14 @@ def test_a_requests_miss_traces_without_the_store_and_stores_it_later(traces):
     store = gearbox.InProcessFleetStore()
     art = artifact_store(store, TinyEncoder(), "r1")
     gm = encoder(art)
+    gate = threading.Event()
+    gm._put_executor.submit(gate.wait, 120)  # holds the put thread: the put queues behind it
+    calls = store.counters()["calls"]
     gm(*inputs(2, 8, 0))  # compiles gear (2, 8) on this thread
+    assert store.counters()["calls"] == calls  # the request made no store call
+    gate.set()
     assert gm.wait_artifact_puts(timeout=60)
+    assert store.counters()["calls"] > calls
     s = gm.summary()
     assert (s["compiles"], s["artifact_deferred_puts"]) == (1, 1)
     assert art.get(gm.artifact_key((2, 8)), "torchscript") is not None
