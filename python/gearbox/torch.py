@@ -970,6 +970,12 @@ class GearedModule(torch.nn.Module):
         and a digest of what the trace depends on besides the module (the
         example inputs' shapes, dtypes and fill values at this gear)."""
         gear = tuple(int(g) for g in gear)
+        if len(gear) != len(self._sig.dims):
+            raise ValueError(f"gear: {gear} has {len(gear)} sizes; one per dimension "
+                             f"{self._sig.dims}")
+        if not self._sig.example_shapes_known():
+            raise RuntimeError("artifact_key: the input dtypes (and None axes) are not known yet: "
+                               "declare dtype= per input or call the module once")
         sig = [list(self._sig.dims)] + [
             [n, self._sig.input_shape(n, gear), str(self._sig.dtype_of(n)), repr(s.example)]
             for n, s in self._sig.inputs.items()]

@@ -205,6 +205,13 @@ def test_another_model_or_signature_shares_nothing(traces):
     assert third.artifact_key((1, 4)) != encoder(None).artifact_key((1, 4))
     third.warm()
     assert third.summary()["artifact_loads"] == 0
+    with pytest.raises(ValueError, match=r"gear: \(1,\) has 1 sizes; one per dimension"):
+        third.artifact_key((1,))
+    untyped = GearedModule(TinyEncoder().eval(), DIMS, inputs={"ids": ["batch", "seq"],
+                                                              "mask": ["batch", "seq"]},
+                           outputs=["batch", "seq", 40], start_worker=False, prewarm=False)
+    with pytest.raises(RuntimeError, match="artifact_key: the input dtypes"):
+        untyped.artifact_key((1, 4))
 
 
 def test_a_corrupt_artifact_is_rejected_logged_and_rebuilt(traces, caplog):
