@@ -353,8 +353,8 @@ def traced_bytes(gear):
 
 def test_a_replica_that_finds_the_lease_held_waits_for_the_holders_artifact(traces):
     store = gearbox.InProcessFleetStore()
-    holder = artifact_store(store, TinyEncoder(), "holder")
-    waiter = artifact_store(store, TinyEncoder(), "waiter", poll_ms=10)
+    holder = artifact_store(store, TinyEncoder(), "holder", lease_ms=600000)
+    waiter = artifact_store(store, TinyEncoder(), "waiter", wait_ms=600000, poll_ms=10)
     gm = encoder(waiter, dims=ONE_GEAR)
     key = gm.artifact_key((2, 8))
     t, release = hold_lease(holder, key, lambda: traced_bytes((2, 8)))
@@ -372,7 +372,7 @@ def test_a_replica_that_finds_the_lease_held_waits_for_the_holders_artifact(trac
 
 def test_a_replica_builds_itself_when_the_lease_holder_does_not_deliver(traces):
     store = gearbox.InProcessFleetStore()
-    holder = artifact_store(store, TinyEncoder(), "holder")
+    holder = artifact_store(store, TinyEncoder(), "holder", lease_ms=600000)
     waiter = artifact_store(store, TinyEncoder(), "waiter", wait_ms=50, poll_ms=10)
     gm = encoder(waiter, dims=ONE_GEAR)
     t, release = hold_lease(holder, gm.artifact_key((2, 8)), lambda: traced_bytes((2, 8)))
