@@ -30,10 +30,14 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import copy
+import hashlib
+import inspect
+import io
 import itertools
 import json
 import math
 import os
+import platform
 import threading
 import time
 import warnings
@@ -53,6 +57,8 @@ __all__ = [
     "compile_torchscript",
     "compile_eager",
     "CudaGraphCompiler",
+    "model_fingerprint",
+    "ARTIFACT_KIND",
 ]
 
 Gear = Tuple[int, ...]
@@ -335,10 +341,73 @@ def compile_eager(module: torch.nn.Module, example_inputs: Tuple[torch.Tensor, .
 
 def compile_torchscript(module: torch.nn.Module, example_inputs: Tuple[torch.Tensor, ...]) -> Callable:
     """Traces at the gear's shape, freezes, and optimizes for inference (CPU default)."""
+    return _finish_torchscript(_trace_torchscript(module, example_inputs))
+
+
+def _trace_torchscript(module: torch.nn.Module, example_inputs: Tuple[torch.Tensor, ...]) -> Any:
+    """The portable half of compile_torchscript: the traced module (what a fleet shares)."""
     with torch.no_grad():
-        traced = torch.jit.trace(module, example_inputs, check_trace=False)
-        frozen = torch.jit.freeze(traced)
-        return torch.jit.optimize_for_inference(frozen)
+        return torch.jit.trace(module, example_inputs, check_trace=False)
+
+
+def _finish_torchscript(traced: Any) -> Callable:
+    """The local half: freezing and optimize_for_inference, whose result is not
+    portable (torch 1.13 cannot torch.jit.load a module with oneDNN-prepacked
+    convolutions), so every replica runs it on the traced module, built or loaded."""
+    with torch.no_grad():
+        return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
+
+
+def _save_torchscript(traced: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.jit.save(traced, buf)
+    return buf.getvalue()
+
+
+def _load_torchscript(data: bytes) -> Any:
+    return torch.jit.load(io.BytesIO(data), map_location="cpu")
+
+
+# The kind of the artifacts gearbox.torch stores in a FleetArtifactStore.
+ARTIFACT_KIND = "torchscript"
+
+
+def model_fingerprint(module: torch.nn.Module, *, model_id: Optional[str] = None,
+                      dtype: Optional[str] = None) -> Any:
+    """A gearbox.FleetFingerprint for ``module``'s TorchScript artifacts.
+
+    model_id: the user's hash or name of the model; None: computed here as
+    ``"sha256:" +`` the SHA-256 of every submodule's class (qualified name and
+    source, when inspect finds it) and every state_dict entry (name, dtype,
+    shape, bytes), so replicas of the same code and weights agree and any
+    change of either is another prefix (a miss). backend is "torchscript",
+    backend_version torch's version, arch the machine's, dtype the
+    parameters' dtypes (or ``dtype``)."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    if model_id is None:
+        h = hashlib.sha256(b"gearbox.torch model 1\0")
+        for name, sub in module.named_modules():
+            cls = type(sub)
+            try:
+                source = inspect.getsource(cls)
+            except (OSError, TypeError):
+                source = ""
+            for part in (name, f"{cls.__module__}.{cls.__qualname__}", source):
+                data = part.encode()
+                h.update(len(data).to_bytes(8, "little") + data)
+        for name, t in module.state_dict().items():
+            t = t.detach().to("cpu").contiguous()
+            head = f"{name}|{t.dtype}|{list(t.shape)}".encode()
+            h.update(len(head).to_bytes(8, "little") + head)
+            raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            h.update(len(raw).to_bytes(8, "little") + raw)
+        model_id = "sha256:" + h.hexdigest()
+    if dtype is None:
+        dtypes = sorted({str(t.dtype).replace("torch.", "") for t in module.state_dict().values()})
+        dtype = ",".join(dtypes)
+    return _gb.FleetFingerprint(model_id, backend="torchscript", backend_version=torch.__version__,
+                                arch=platform.machine(), dtype=dtype)
 
 
 class CudaGraphCompiler:
@@ -436,14 +505,16 @@ class CompiledGear:
     runtime's pool holds it (released when the gear is evicted); a call holds
     it while it runs."""
 
-    __slots__ = ("gear", "fn", "key", "compile_seconds", "bytes", "__weakref__")
+    __slots__ = ("gear", "fn", "key", "compile_seconds", "bytes", "source", "__weakref__")
 
-    def __init__(self, gear: Gear, fn: Callable, compile_seconds: float, nbytes: int):
+    def __init__(self, gear: Gear, fn: Callable, compile_seconds: float, nbytes: int,
+                 source: str = "built"):
         self.gear = gear
         self.fn = fn
         self.key = 0
-        self.compile_seconds = compile_seconds
+        self.compile_seconds = compile_seconds  # building it, or loading and finishing it
         self.bytes = nbytes
+        self.source = source  # "built" here, or "loaded" from the artifact store
 
 
 class _GearStats:
@@ -528,13 +599,19 @@ def _prewarm_loop(ref: "weakref.ref[GearedModule]", shared: _Shared) -> None:
                 shared.cond.notify_all()
 
 
-def _shutdown(shared: _Shared, rt: Any, threads: List[threading.Thread]) -> None:
+def _shutdown(shared: _Shared, rt: Any, threads: List[threading.Thread],
+              executors: List[concurrent.futures.ThreadPoolExecutor]) -> None:
     with shared.cond:
         shared.closed = True
         shared.cond.notify_all()
     for t in threads:  # a compile in progress finishes first
         if t.is_alive() and t is not threading.current_thread():
             t.join(timeout=120)
+    for e in executors:  # deferred artifact puts in progress finish
+        try:
+            e.shutdown(wait=True)
+        except RuntimeError:  # collected on the put thread itself: it cannot join itself
+            e.shutdown(wait=False)
     try:
         # close() drops the listener with the runtime, and works even when this
         # finalizer runs inside that listener (garbage collected on the updating
@@ -574,6 +651,13 @@ class GearedModule(torch.nn.Module):
       check_every: compare every Nth call (check mode). check_rtol/check_atol: tolerances.
       clock / start_time: "system" or "manual" (tests and replays drive it).
       serialize_compiles: run one compile at a time (tracing is memory- and CPU-heavy).
+      artifact_store: a ``gearbox.FleetArtifactStore`` shared by the replicas of this model
+        (compiler "torchscript" only; its fingerprint from :func:`model_fingerprint`): a gear
+        compiled off the request path (prewarm, warm(), load_plan, calibration) is looked up
+        first and loaded instead of traced, or traced under the compile lease and stored; a gear
+        compiled by a request's miss is traced here and stored later by a background thread.
+        A store that is down, a corrupt artifact or one torch.jit.load refuses is a miss with a
+        warning: the gear is traced here. See docs/FLEET.md, "The Python integration".
     """
 
     def __init__(self, module: torch.nn.Module, dims: Any, *, inputs: Mapping[str, Any],
@@ -582,7 +666,8 @@ class GearedModule(torch.nn.Module):
                  prewarm: bool = True, calibrate: bool = True, check: str = "off",
                  check_every: int = 1, check_rtol: float = 1e-4, check_atol: float = 1e-5,
                  clock: str = "system", start_time: float = 0.0,
-                 serialize_compiles: bool = True, max_decisions: int = 1000):
+                 serialize_compiles: bool = True, max_decisions: int = 1000,
+                 artifact_store: Any = None):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
@@ -594,6 +679,17 @@ class GearedModule(torch.nn.Module):
             raise TypeError(f"inputs: expected a dict name -> spec, got {type(inputs).__name__}")
         self.module = module
         self.compiler_name, self._compile_fn = _resolve_compiler(compiler, module)
+        if artifact_store is not None:
+            if not isinstance(artifact_store, _gb.FleetArtifactStore):
+                raise TypeError("artifact_store: expected a gearbox.FleetArtifactStore, got "
+                                f"{type(artifact_store).__name__}")
+            if self.compiler_name != "torchscript":
+                raise ValueError(f"artifact_store: compiler {self.compiler_name!r} builds modules "
+                                 "that are not portable between processes (captured CUDA graphs, "
+                                 "arbitrary callables); only 'torchscript' shares artifacts")
+        self._artifacts = artifact_store
+        self._put_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pending_puts: List[concurrent.futures.Future] = []
         self._device_type = "cuda" if self.compiler_name == "cuda_graph" else "cpu"
         self._check, self._check_every = check, check_every
         self._check_rtol, self._check_atol = check_rtol, check_atol
@@ -646,7 +742,13 @@ class GearedModule(torch.nn.Module):
             lambda keys: (lambda gm: gm is not None and gm._on_release(keys))(me()))
         self._thread = None
         threads: List[threading.Thread] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self._shared, self.runtime, threads)
+        executors: List[concurrent.futures.ThreadPoolExecutor] = []
+        if self._artifacts is not None:
+            self._put_executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="gearbox-artifact-put")
+            executors.append(self._put_executor)
+        self._finalizer = weakref.finalize(self, _shutdown, self._shared, self.runtime, threads,
+                                           executors)
         if calibrated is not None:
             self._publish(calibrated[1])
         if self._prewarm_enabled:
@@ -745,7 +847,9 @@ class GearedModule(torch.nn.Module):
         if v.eager:
             result = self.module(*args)
         else:
-            compiled = self._get(gear)  # this call's reference keeps it alive while it runs
+            # This call's reference keeps it alive while it runs. A miss compiles
+            # here, without the artifact store (a request never talks to it).
+            compiled = self._get(gear, from_request=True)
             result = compiled.fn(*args)
         if isinstance(result, Mapping):
             self._returns_dict = True
@@ -813,31 +917,162 @@ class GearedModule(torch.nn.Module):
                                 dtype=self._sig.dtype_of(n), device=device)
                      for n, s in self._sig.inputs.items())
 
-    def _compile(self, gear: Gear) -> CompiledGear:
-        """One compile of one gear, measured; nothing cached."""
+    def _compile(self, gear: Gear, from_request: bool = False) -> CompiledGear:
+        """One compile of one gear, measured; nothing cached. With an artifact
+        store, off the request path: obtained from the store (or built under
+        its compile lease); from a request: built here, stored later."""
         if not self._sig.example_shapes_known():
             raise RuntimeError("cannot compile before the input dtypes (and None axes) are known: "
                                "declare dtype= per input or call the module once")
         examples = self._example_inputs(gear)
-        lock = self._compile_lock or _NULL_LOCK
-        with lock:
-            before = _memory_now(self._device_type)
-            t0 = time.perf_counter()
-            try:
-                fn = self._compile_fn(self.module, examples)
-            except Exception as e:
-                with self._lock:
-                    self._counts["compile_failures"] += 1
-                raise RuntimeError(f"compiling gear {dict(zip(self._sig.dims, gear))} with "
-                                   f"'{self.compiler_name}' failed: {type(e).__name__}: {e}") from e
-            seconds = time.perf_counter() - t0
-            nbytes = max(0, _memory_now(self._device_type) - before)
+        meter = [0.0, 0]  # seconds and bytes of the steps run under the compile lock
+        if self._artifacts is None:
+            fn = self._step(meter, gear, "compiling", lambda: self._compile_fn(self.module, examples))
+            source = "built"
+        elif from_request:
+            traced = self._step(meter, gear, "compiling",
+                                lambda: _trace_torchscript(self.module, examples))
+            fn = self._step(meter, gear, "compiling", lambda: _finish_torchscript(traced))
+            self._defer_put(gear, traced)
+            source = "built"
+        else:
+            fn, source = self._obtain(gear, examples, meter)
         if not callable(fn):
             with self._lock:
                 self._counts["compile_failures"] += 1
             raise RuntimeError(f"compiler '{self.compiler_name}' returned {type(fn).__name__} for "
                                f"gear {gear}, expected a callable")
-        return CompiledGear(gear, fn, seconds, nbytes)
+        return CompiledGear(gear, fn, meter[0], meter[1], source)
+
+    def _step(self, meter: List[Any], gear: Gear, what: str, work: Callable[[], Any],
+              count_failure: bool = True) -> Any:
+        """Runs one compile step under the compile lock, adds its seconds and
+        bytes to meter; a failure is named (and counted as a compile failure)."""
+        with self._compile_lock or _NULL_LOCK:
+            before = _memory_now(self._device_type)
+            t0 = time.perf_counter()
+            try:
+                out = work()
+            except Exception as e:
+                if count_failure:
+                    with self._lock:
+                        self._counts["compile_failures"] += 1
+                raise RuntimeError(f"{what} gear {dict(zip(self._sig.dims, gear))} with "
+                                   f"'{self.compiler_name}' failed: {type(e).__name__}: {e}") from e
+            meter[0] += time.perf_counter() - t0
+            meter[1] += max(0, _memory_now(self._device_type) - before)
+        return out
+
+    # ------------------------------------------------ shared artifacts (fleet)
+
+    def artifact_key(self, gear: Sequence[int]) -> str:
+        """The gear key of this gear's artifact in the store: the gear ("4x16")
+        and a digest of what the trace depends on besides the module (the
+        example inputs' shapes, dtypes and fill values at this gear)."""
+        gear = tuple(int(g) for g in gear)
+        if len(gear) != len(self._sig.dims):
+            raise ValueError(f"gear: {gear} has {len(gear)} sizes; one per dimension "
+                             f"{self._sig.dims}")
+        if not self._sig.example_shapes_known():
+            raise RuntimeError("artifact_key: the input dtypes (and None axes) are not known yet: "
+                               "declare dtype= per input or call the module once")
+        sig = [list(self._sig.dims)] + [
+            [n, self._sig.input_shape(n, gear), str(self._sig.dtype_of(n)), repr(s.example)]
+            for n, s in self._sig.inputs.items()]
+        digest = hashlib.sha256(json.dumps(sig).encode()).hexdigest()[:16]
+        return f"{_gear_name(gear)}.{digest}"
+
+    def _warn_artifact(self, counter: str, message: str) -> None:
+        with self._lock:
+            self._counts[counter] += 1
+        warnings.warn(f"gearbox.torch artifact store: {message}", RuntimeWarning)
+
+    def _obtain(self, gear: Gear, examples: Tuple[torch.Tensor, ...],
+                meter: List[Any]) -> Tuple[Callable, str]:
+        """Single flight through the store: load the gear's traced module, or
+        trace it under the compile lease and put it; then freeze and optimize
+        it here. Any store or artifact problem is a miss (warned): trace here."""
+        key = self.artifact_key(gear)
+        built: Dict[str, Any] = {}
+
+        def build() -> bytes:  # called by obtain() with the GIL, at most once
+            try:
+                built["traced"] = self._step(meter, gear, "compiling",
+                                             lambda: _trace_torchscript(self.module, examples))
+            except BaseException as e:
+                built["error"] = e
+                raise
+            try:
+                return _save_torchscript(built["traced"])
+            except Exception as e:
+                built["unsaved"] = e
+                raise
+
+        failures = self._artifacts.counters()["store_failures"]
+        try:
+            got = self._artifacts.obtain(key, ARTIFACT_KIND, build)
+            failed = self._artifacts.counters()["store_failures"] - failures
+            if failed:
+                self._warn_artifact("artifact_store_errors",
+                                    f"gear {key}: {failed} store call(s) failed "
+                                    f"({self._artifacts.store.describe()} down?); "
+                                    f"the gear was {got.source} without it")
+        except Exception as e:
+            if built.get("error") is e:
+                raise  # the compile itself failed: reported, never stored
+            if built.get("unsaved") is e:
+                self._warn_artifact("artifact_store_errors",
+                                    f"gear {key}: torch.jit.save failed ({type(e).__name__}: {e}); "
+                                    "the traced module serves this replica only")
+            elif "traced" not in built:
+                self._warn_artifact("artifact_store_errors",
+                                    f"gear {key}: {type(e).__name__}: {e}; tracing it here")
+            got = None
+        if got is not None and got.source == "loaded":
+            try:
+                def load() -> Callable:
+                    return _finish_torchscript(_load_torchscript(got.artifact.bytes))
+                fn = self._step(meter, gear, "loading", load, count_failure=False)
+                with self._lock:
+                    self._counts["artifact_loads"] += 1
+                return fn, "loaded"
+            except RuntimeError as e:  # the artifact's fault, not a compile failure
+                self._warn_artifact("artifact_rejects",
+                                    f"gear {key}: artifact {got.artifact.digest} refused "
+                                    f"({e.__cause__ or e}); tracing it here and storing it again")
+        if "traced" not in built:
+            built["traced"] = self._step(meter, gear, "compiling",
+                                         lambda: _trace_torchscript(self.module, examples))
+            if got is not None:  # the artifact was refused: replace it in the store
+                self._put_traced(key, built["traced"])
+        return self._step(meter, gear, "compiling",
+                          lambda: _finish_torchscript(built["traced"])), "built"
+
+    def _put_traced(self, key: str, traced: Any) -> None:
+        try:
+            self._artifacts.put(key, ARTIFACT_KIND, _save_torchscript(traced))
+        except Exception as e:
+            self._warn_artifact("artifact_store_errors",
+                                f"gear {key}: storing it failed ({type(e).__name__}: {e})")
+
+    def _defer_put(self, gear: Gear, traced: Any) -> None:
+        """A request traced this gear: store it from the background thread."""
+        key = self.artifact_key(gear)
+        try:
+            fut = self._put_executor.submit(self._put_traced, key, traced)
+        except RuntimeError:  # closed meanwhile: nothing to share any more
+            return
+        with self._lock:
+            self._counts["artifact_deferred_puts"] += 1
+            self._pending_puts = [f for f in self._pending_puts if not f.done()] + [fut]
+
+    def wait_artifact_puts(self, timeout: float = 60.0) -> bool:
+        """Waits until the artifacts of gears traced by requests are stored
+        (or failed, with a warning). Returns False on timeout."""
+        with self._lock:
+            pending = list(self._pending_puts)
+        done, not_done = concurrent.futures.wait(pending, timeout=timeout)
+        return not not_done
 
     def _publish(self, compiled: CompiledGear) -> bool:
         """Registers the compiled gear in the runtime's pool under a cleanup key
@@ -853,7 +1088,8 @@ class GearedModule(torch.nn.Module):
             self._by_key[key] = compiled.gear
             self._counts["compiles"] += 1
             self._compile_log.append({"gear": list(compiled.gear), "seconds": compiled.compile_seconds,
-                                      "bytes": compiled.bytes, "time": now})
+                                      "bytes": compiled.bytes, "time": now,
+                                      "source": compiled.source})
         attached = rt.attach_cleanup_keys(list(compiled.gear), [key])
         if not attached:
             self._drop_keys([key])
@@ -872,9 +1108,12 @@ class GearedModule(torch.nn.Module):
                 fields["memory_fixed_bytes"] = float(sum(sizes) / len(sizes))
             self.runtime.set_replan_cost(**fields)
 
-    def _get(self, gear: Gear) -> CompiledGear:
+    def _get(self, gear: Gear, from_request: bool = False) -> CompiledGear:
         """The gear's compiled module; compiles it once on a miss however many
-        threads miss at once; a failure reaches every waiter and is not cached."""
+        threads miss at once; a failure reaches every waiter and is not cached.
+        A request that misses a gear being obtained from the artifact store
+        (prewarm) waits for that, as for a compile (at most the store's
+        wait_ms longer)."""
         hit = self._table.get(gear)  # dict reads are atomic
         if hit is not None:
             return hit
@@ -890,7 +1129,7 @@ class GearedModule(torch.nn.Module):
         if not owner:
             return fut.result()
         try:
-            compiled = self._compile(gear)
+            compiled = self._compile(gear, from_request)
             self._publish(compiled)
         except BaseException as e:
             with self._lock:
@@ -1036,6 +1275,7 @@ class GearedModule(torch.nn.Module):
                     "hits": s.hits if s else 0,
                     "padding": (1.0 - s.raw / s.padded) if s and s.padded else 0.0,
                     "compiled": c is not None,
+                    "source": c.source if c else None,
                     "compile_seconds": c.compile_seconds if c else None,
                     "bytes": c.bytes if c else None,
                 }
@@ -1057,7 +1297,12 @@ class GearedModule(torch.nn.Module):
             "exact_calls": counts.get("exact_calls", 0),
             "eager_variants": counts.get("eager_variants", 0),
             "padding_waste": (padded / raw - 1.0) if raw else 0.0,
-            "compiles": len(log),
+            "compiles": sum(1 for c in log if c["source"] == "built"),
+            "artifact_loads": counts.get("artifact_loads", 0),
+            "artifact_rejects": counts.get("artifact_rejects", 0),
+            "artifact_store_errors": counts.get("artifact_store_errors", 0),
+            "artifact_deferred_puts": counts.get("artifact_deferred_puts", 0),
+            "artifact_store": self._artifacts.counters() if self._artifacts is not None else None,
             "compile_seconds": sum(secs),
             "compile_seconds_mean": (sum(secs) / len(secs)) if secs else None,
             "calibrated_compile_seconds": self.calibrated_compile_seconds,

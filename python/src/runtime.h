@@ -8,6 +8,7 @@ namespace gearbox::python {
 
 void BindRuntime(pybind11::module_& m);
 void BindTools(pybind11::module_& m);
+void BindFleet(pybind11::module_& m);
 
 }  // namespace gearbox::python
 

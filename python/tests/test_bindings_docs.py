@@ -15,8 +15,11 @@ import gearbox
 from gearbox import _gearbox
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CLASSES = ["Runtime", "Snapshot", "Plan", "Variant", "Pool"]
-FUNCTIONS = ["replay", "plan_gears", "convert_trace", "emit_server_config"]
+CLASSES = ["Runtime", "Snapshot", "Plan", "Variant", "Pool", "FleetFingerprint", "FleetStore",
+           "InProcessFleetStore", "RedisFleetStore", "FleetArtifactStore", "FleetArtifact",
+           "ObtainedArtifact"]
+FUNCTIONS = ["replay", "plan_gears", "convert_trace", "emit_server_config", "open_fleet_store",
+             "fleet_key_prefix", "fleet_sha256_hex"]
 
 
 def python_blocks(markdown):
