@@ -370,34 +370,33 @@ TEST(OneDnn, ArenaSlotGrowsToTheLargestLiveGearOnce) {
   EXPECT_EQ(backend->arena_usage().held_bytes, small->arena_bytes());
 }
 
-// Fault injection on the real block: the arena's limit (arena_limit_bytes)
-// makes its growth to a gear run out of memory at run time. The executor
-// falls back to the variant's exact sizes (a smaller workspace, which the
-// arena still grants), the output is right, the arena stays within its limit
-// and consistent (a later smaller run works), and when everything is
-// released the arena returns to nothing held and no need registered.
-TEST(OneDnn, ArenaGrowthOutOfMemoryAtRunTimeFallsBackToTheExactSizes) {
-  TransformerBlockOptions o;
-  o.hidden = 32;
-  o.heads = 4;
-  auto probe = *MakeOneDnnTransformerBackend(o);
-  auto need = [&](int64_t b, int64_t s) {
+// The real block (hidden 32, 4 heads) behind an executor over BATCHSIZE
+// {1, 2, 4} (splittable) x SEQLEN {8, 16, 32}, its arena capped (the
+// out-of-memory tests). Need(b, s): a gear's arena need; Run(b, s): a random
+// request, a successful output checked against the exact shape.
+struct ArenaLimitedBlock {
+  ArenaLimitedBlock() {
+    o.hidden = 32;
+    o.heads = 4;
+    probe = *MakeOneDnnTransformerBackend(o);
+  }
+  int64_t Need(int64_t b, int64_t s) {
     const int64_t gears[] = {b, s};
     return (*probe->Compile(gears))->arena_bytes();
-  };
-  ASSERT_LT(need(1, 12), need(1, 16));
-  o.arena_limit_bytes = need(1, 12);  // gear (1,16) cannot grow its slot; (1,12) can
-  ManualClock clock{0};
-  auto pool = std::make_unique<GraphResourcePool>();
-  RuntimeOptions ro;
-  ro.clock = &clock;
-  ro.pool = pool.get();
-  ro.start_worker = false;
-  auto runtime = *AdaptiveGearRuntime::Create(
-      {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {8, 16, 32}, false, false}}, ro);
-  auto backend = *MakeOneDnnTransformerBackend(o);
-  auto executor = *GearedExecutor::Create(runtime.get(), backend.get(), {});
-  auto run = [&](int64_t b, int64_t s) {
+  }
+  void Start(int64_t arena_limit_bytes) {
+    o.arena_limit_bytes = arena_limit_bytes;
+    pool = std::make_unique<GraphResourcePool>();
+    RuntimeOptions ro;
+    ro.clock = &clock;
+    ro.pool = pool.get();
+    ro.start_worker = false;
+    runtime = *AdaptiveGearRuntime::Create(
+        {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {8, 16, 32}, false, false}}, ro);
+    backend = *MakeOneDnnTransformerBackend(o);
+    executor = *GearedExecutor::Create(runtime.get(), backend.get(), {});
+  }
+  absl::Status Run(int64_t b, int64_t s) {
     Tensor x(b, s, 32), y(b, s, 32);
     Randomize(&x, static_cast<uint64_t>(b * 100 + s));
     const DLTensor in[] = {x.dl};
@@ -407,33 +406,59 @@ TEST(OneDnn, ArenaGrowthOutOfMemoryAtRunTimeFallsBackToTheExactSizes) {
       EXPECT_LT(MaxAbsDiff(y, RunExact(*probe, x)), 1e-5) << b << "x" << s;
     }
     return st;
-  };
-  ASSERT_TRUE(run(1, 5).ok());  // gear (1,8)
-  const int64_t before = backend->arena_usage().held_bytes;
-  EXPECT_EQ(before, need(1, 8));
-  ASSERT_TRUE(run(1, 12).ok());  // gear (1,16): its slot cannot grow; runs at (1,12)
-  EXPECT_EQ(executor->stats().out_of_memory_fallbacks, 1u);
-  EXPECT_EQ(executor->stats().failed_requests, 0u);
-  EXPECT_EQ(executor->cached_executables(), 2u);
-  ArenaUsage u = backend->arena_usage();
-  EXPECT_EQ(u.held_bytes, need(1, 12));  // the fallback's workspace, within the limit
-  EXPECT_EQ(u.largest_need_bytes, need(1, 16));
+  }
+  // Releases the executor, the runtime and the pool (the cached gears); the
+  // arena's usage afterwards.
+  ArenaUsage ReleaseAll() {
+    executor.reset();
+    runtime.reset();
+    pool.reset();
+    return backend->arena_usage();
+  }
+
+  TransformerBlockOptions o;
+  std::unique_ptr<Backend> probe;
+  ManualClock clock{0};
+  std::unique_ptr<GraphResourcePool> pool;
+  std::unique_ptr<AdaptiveGearRuntime> runtime;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<GearedExecutor> executor;
+};
+
+// Fault injection on the real block: the arena's limit (arena_limit_bytes)
+// makes its growth to a gear run out of memory at run time. The executor
+// falls back to the variant's exact sizes (a smaller workspace, which the
+// arena still grants), the output is right, the arena stays within its limit
+// and consistent (a later smaller run works), and when everything is
+// released the arena returns to nothing held and no need registered.
+TEST(OneDnn, ArenaGrowthOutOfMemoryAtRunTimeFallsBackToTheExactSizes) {
+  ArenaLimitedBlock f;
+  ASSERT_LT(f.Need(1, 12), f.Need(1, 16));
+  f.Start(f.Need(1, 12));         // gear (1,16) cannot grow its slot; (1,12) can
+  ASSERT_TRUE(f.Run(1, 5).ok());  // gear (1,8)
+  const int64_t before = f.backend->arena_usage().held_bytes;
+  EXPECT_EQ(before, f.Need(1, 8));
+  ASSERT_TRUE(f.Run(1, 12).ok());  // gear (1,16): its slot cannot grow; runs at (1,12)
+  EXPECT_EQ(f.executor->stats().out_of_memory_fallbacks, 1u);
+  EXPECT_EQ(f.executor->stats().failed_requests, 0u);
+  EXPECT_EQ(f.executor->cached_executables(), 2u);
+  ArenaUsage u = f.backend->arena_usage();
+  EXPECT_EQ(u.held_bytes, f.Need(1, 12));  // the fallback's workspace, within the limit
+  EXPECT_EQ(u.largest_need_bytes, f.Need(1, 16));
   EXPECT_EQ(u.slots, 1);
-  ASSERT_TRUE(run(1, 6).ok());  // a smaller gear reuses the slot
-  EXPECT_EQ(backend->arena_usage().held_bytes, need(1, 12));
-  EXPECT_EQ(executor->GearMemoryBytes(), pool->bytes() + need(1, 12));
+  ASSERT_TRUE(f.Run(1, 6).ok());  // a smaller gear reuses the slot
+  EXPECT_EQ(f.backend->arena_usage().held_bytes, f.Need(1, 12));
+  EXPECT_EQ(f.executor->GearMemoryBytes(), f.pool->bytes() + f.Need(1, 12));
   // At its exact sizes there is nothing smaller: that request fails, named.
-  const absl::Status exact = run(1, 16);
+  const absl::Status exact = f.Run(1, 16);
   EXPECT_EQ(exact.code(), absl::StatusCode::kResourceExhausted) << exact;
   EXPECT_THAT(exact.message(), HasSubstr("workspace"));
-  EXPECT_EQ(backend->arena_usage().held_bytes, 0);  // the failed growth left the slot empty
-  ASSERT_TRUE(run(1, 6).ok());                      // and it is usable again: grown to
-  EXPECT_EQ(backend->arena_usage().held_bytes, need(1, 8));  // the run's own need, not the largest
-  EXPECT_EQ(executor->stats().failed_requests, 1u);
-  executor.reset();
-  runtime.reset();
-  pool.reset();  // releases the cached gears: no need, no buffer is left
-  u = backend->arena_usage();
+  EXPECT_EQ(f.backend->arena_usage().held_bytes, 0);  // the failed growth left the slot empty
+  ASSERT_TRUE(f.Run(1, 6).ok());                      // and it is usable again: grown to
+  EXPECT_EQ(f.backend->arena_usage().held_bytes,
+            f.Need(1, 8));  // the run's own need, not the largest
+  EXPECT_EQ(f.executor->stats().failed_requests, 1u);
+  u = f.ReleaseAll();  // the cached gears released: no need, no buffer is left
   EXPECT_EQ(u.largest_need_bytes, 0);
   EXPECT_EQ(u.held_bytes, 0);
 }
@@ -444,52 +469,21 @@ TEST(OneDnn, ArenaGrowthOutOfMemoryAtRunTimeFallsBackToTheExactSizes) {
 // exact-shape run, nothing is compiled for it, and once everything is
 // released the arena holds nothing.
 TEST(OneDnn, ArenaGrowthOutOfMemoryAtRunTimeSplitsOnACachedSmallerBatchGear) {
-  TransformerBlockOptions o;
-  o.hidden = 32;
-  o.heads = 4;
-  auto probe = *MakeOneDnnTransformerBackend(o);
-  auto need = [&](int64_t b, int64_t s) {
-    const int64_t gears[] = {b, s};
-    return (*probe->Compile(gears))->arena_bytes();
-  };
-  ASSERT_LT(need(2, 16), need(4, 16));
-  o.arena_limit_bytes = need(2, 16);  // gear (4,16) cannot grow its slot; (2,16) can
-  ManualClock clock{0};
-  auto pool = std::make_unique<GraphResourcePool>();
-  RuntimeOptions ro;
-  ro.clock = &clock;
-  ro.pool = pool.get();
-  ro.start_worker = false;
-  auto runtime = *AdaptiveGearRuntime::Create(
-      {{"BATCHSIZE", {1, 2, 4}, true, false}, {"SEQLEN", {8, 16, 32}, false, false}}, ro);
-  auto backend = *MakeOneDnnTransformerBackend(o);
-  auto executor = *GearedExecutor::Create(runtime.get(), backend.get(), {});
-  auto run = [&](int64_t b, int64_t s) {
-    Tensor x(b, s, 32), y(b, s, 32);
-    Randomize(&x, static_cast<uint64_t>(b * 100 + s));
-    const DLTensor in[] = {x.dl};
-    const DLTensor out[] = {y.dl};
-    const absl::Status st = executor->Run(in, out);
-    if (st.ok()) {
-      EXPECT_LT(MaxAbsDiff(y, RunExact(*probe, x)), 1e-5) << b << "x" << s;
-    }
-    return st;
-  };
-  ASSERT_TRUE(run(2, 12).ok());  // gear (2,16), cached
-  ASSERT_TRUE(run(3, 12).ok());  // gear (4,16): its slot cannot grow; chunks of 2 and 1 on (2,16)
-  ExecutorStats s = executor->stats();
+  ArenaLimitedBlock f;
+  ASSERT_LT(f.Need(2, 16), f.Need(4, 16));
+  f.Start(f.Need(2, 16));          // gear (4,16) cannot grow its slot; (2,16) can
+  ASSERT_TRUE(f.Run(2, 12).ok());  // gear (2,16), cached
+  ASSERT_TRUE(f.Run(3, 12).ok());  // gear (4,16): its slot cannot grow; chunks of 2 and 1 on (2,16)
+  ExecutorStats s = f.executor->stats();
   EXPECT_EQ(s.out_of_memory_split, 1u);
   EXPECT_EQ(s.out_of_memory_fallbacks, 1u);
   EXPECT_EQ(s.compiles, 2u);  // (2,16) and (4,16); nothing for the fallback
   EXPECT_EQ(s.failed_requests, 0u);
-  EXPECT_EQ(backend->arena_usage().held_bytes, need(2, 16));  // within the limit
-  ASSERT_TRUE(run(4, 16).ok());  // at (4,16)'s exact sizes: split into 2 and 2
-  EXPECT_EQ(executor->stats().out_of_memory_split, 2u);
-  EXPECT_EQ(executor->GearMemoryBytes(), pool->bytes() + need(2, 16));
-  executor.reset();
-  runtime.reset();
-  pool.reset();
-  const ArenaUsage u = backend->arena_usage();
+  EXPECT_EQ(f.backend->arena_usage().held_bytes, f.Need(2, 16));  // within the limit
+  ASSERT_TRUE(f.Run(4, 16).ok());  // at (4,16)'s exact sizes: split into 2 and 2
+  EXPECT_EQ(f.executor->stats().out_of_memory_split, 2u);
+  EXPECT_EQ(f.executor->GearMemoryBytes(), f.pool->bytes() + f.Need(2, 16));
+  const ArenaUsage u = f.ReleaseAll();
   EXPECT_EQ(u.largest_need_bytes, 0);
   EXPECT_EQ(u.held_bytes, 0);
 }

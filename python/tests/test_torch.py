@@ -13,26 +13,12 @@ import pytest
 torch = pytest.importorskip("torch")
 gtorch = pytest.importorskip("gearbox.torch")
 from gearbox.torch import GearedModule, PaddingInvarianceError, pad_to, slice_to  # noqa: E402
+from tiny_models import TinyEncoder  # noqa: E402
 
 torch.set_num_threads(1)
 
 
 # ---------------------------------------------------------------- models
-
-
-class TinyEncoder(torch.nn.Module):
-    """Token ids + key padding mask -> logits: padding-invariant (masked attention)."""
-
-    def __init__(self, vocab=40, d=16):
-        super().__init__()
-        torch.manual_seed(0)
-        self.emb = torch.nn.Embedding(vocab, d)
-        layer = torch.nn.TransformerEncoderLayer(d, 2, 32, dropout=0.0, batch_first=True)
-        self.enc = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(d, vocab)
-
-    def forward(self, ids, mask):
-        return self.head(self.enc(self.emb(ids), src_key_padding_mask=mask))
 
 
 class TinyConv(torch.nn.Module):
