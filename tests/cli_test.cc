@@ -716,6 +716,37 @@ TEST_F(Cli, AFleetOfProcessesSharesOnePlanThroughRedis) {
   EXPECT_GT(std::stoi(r.output.substr(at + 10)), 0) << r.output;  // versions published
 }
 
+// The real store killed and restarted, empty, while three paced processes
+// (--pace 400: the 2000-s trace in 5 s) share one plan through it: none
+// crashes, every row is served once, the kill is felt (failed store calls),
+// and the plan is found again after the restart (every process's last plan
+// step saw a version, which only the leader republishing after the restart
+// gives: the restart lost the old one).
+TEST_F(Cli, AFleetOfProcessesSurvivesTheStoreKilledAndRestarted) {
+  std::string line = "GEARBOX=";
+  line.append(GEARBOX_TOOL).append(" " GEARBOX_SOURCE_DIR "/scripts/fleet-example.sh ");
+  line.append(P("config.json")).append(" ").append(P("trace.csv"));
+  line.append(" 3 --fleet-plan --pace 400 --kill-store-at 1.5 --store-down 1");
+  const ToolRun r = Shell(line);
+  if (r.code == 77) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("redis-server killed after 1.5 s"));
+  EXPECT_THAT(r.output, HasSubstr("redis-server restarted after 1 s down, empty"));
+  EXPECT_THAT(r.output, HasSubstr("fleet of 3 processes: 2000 requests"));
+  const size_t failed = r.output.find("store calls failed: ");
+  ASSERT_NE(failed, std::string::npos) << r.output;
+  EXPECT_GT(std::stoi(r.output.substr(failed + 20)), 0) << r.output;
+  const std::string key = "plan version at each one's last step:";
+  const size_t at = r.output.find(key);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::istringstream versions(r.output.substr(at + key.size()));
+  for (int i = 0; i < 3; ++i) {
+    uint64_t v = 0;
+    ASSERT_TRUE(versions >> v) << r.output;
+    EXPECT_GT(v, 0u) << "process " << i << ": " << r.output;
+  }
+}
+
 // Without a redis-server the script says so and exits 77 (a skip), starting nothing.
 TEST_F(Cli, TheFleetExampleSkipsCleanlyWithoutRedis) {
   std::string line = "GEARBOX_REDIS_SERVER=/nonexistent/redis-server GEARBOX=";

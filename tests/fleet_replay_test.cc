@@ -230,6 +230,10 @@ TEST(FleetReplayTest, BadOptionsNameTheFlag) {
   EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--artifact-bytes: 0"),
             absl::string_view::npos);
   o = {};
+  o.pace = -1;
+  EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--pace: -1"),
+            absl::string_view::npos);
+  o = {};
   o.artifact_poll_seconds = 0;
   EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--artifact-poll-seconds: 0"),
             absl::string_view::npos);

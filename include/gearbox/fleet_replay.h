@@ -135,6 +135,9 @@ struct ReplicaReplayResult {
   // Of plan_adoptions, those made on the leader's announcement (a fleet of
   // processes: between two rows, before the replica's next check).
   uint64_t plan_notified_adoptions = 0;
+  // The store's plan version at its last successful plan step (0: none; a
+  // store restarted without persistence starts the versions again).
+  uint64_t plan_version = 0;
   FleetArtifactCounters artifacts;  // zero without share_artifacts
   std::vector<WasteBucket> waste_timeline;
 };

@@ -249,6 +249,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   bool leader_updated = false;
   const auto Adopt = [](Replica& r, double at) {
     absl::StatusOr<FleetPlanStep> step = r.plan->Step(r.runtime.get(), at);
+    if (step.ok()) r.result.plan_version = step->version;
     if (step.ok() && step->adopted) ++r.result.plan_adoptions;
   };
   // The update path's artifact step: graphs for every combination of a new
@@ -389,6 +390,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       if (self->plan != nullptr && leads) {
         // After the update, outside the runtime's locks (RunOnce calls on_update there).
         absl::StatusOr<FleetPlanStep> step = self->plan->Step(self->runtime.get(), rec.time);
+        if (step.ok()) result->plan_version = step->version;
         if (step.ok() && step->published) ++result->plan_publications;
         leader_updated = true;
       }
@@ -465,6 +467,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         if (auto s = r.runtime->RunOnce(at); !s.ok()) return s.status();
       }
       absl::StatusOr<FleetPlanStep> step = r.plan->Step(r.runtime.get(), at);
+      if (step.ok()) r.result.plan_version = step->version;
       if (step.ok() && step->published) ++r.result.plan_publications;
       if (step.ok() && step->adopted) ++r.result.plan_adoptions;
       SyncArtifacts(r);
@@ -520,6 +523,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         if (r->leading || !r->plan->NewerPlanAnnounced()) continue;
         r->clock.Set(t);
         absl::StatusOr<FleetPlanStep> step = r->plan->Step(r->runtime.get(), t);
+        if (step.ok()) r->result.plan_version = step->version;
         if (step.ok() && step->adopted) {
           ++r->result.plan_adoptions;
           ++r->result.plan_notified_adoptions;
@@ -715,6 +719,7 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["plan_publications"] = x.plan_publications;
     e["plan_adoptions"] = x.plan_adoptions;
     e["plan_notified_adoptions"] = x.plan_notified_adoptions;
+    e["plan_version"] = x.plan_version;
     e["artifact_puts"] = x.artifacts.puts;
     e["artifact_corrupt"] = x.artifacts.corrupt;
     e["artifact_lease_waits"] = x.artifacts.lease_waits;
