@@ -625,6 +625,27 @@ TEST_F(Cli, TheFleetSuiteTabulatesOneScenario) {
                         " / " + std::to_string(fleet["fleet"]["compiles"].get<int>()) + " | "));
 }
 
+// scripts/fleet_sampling.py replays one runtime's gear timeline from its
+// decisions: on the whole trace it gives the replay's own padding waste, and
+// it prints the round-robin shares' range.
+TEST_F(Cli, TheSamplingScriptReproducesOneRuntimesWaste) {
+  const ToolRun replay =
+      Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") + " --summary " +
+           P("single.json") + " --decisions " + P("single.jsonl"));
+  ASSERT_EQ(replay.code, 0) << replay.output;
+  const auto single = nlohmann::json::parse(ReadAll(P("single.json")));
+  const ToolRun r =
+      Shell("/usr/bin/python3 " GEARBOX_SOURCE_DIR "/scripts/fleet_sampling.py " +
+            P("config.json") + " " + P("trace.csv") + " " + P("single.jsonl") + " 3 --seeds 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "on the whole trace: %.2f %%",
+                100.0 * single["padding_waste"].get<double>());
+  EXPECT_THAT(r.output, HasSubstr(expected));
+  EXPECT_THAT(r.output, HasSubstr("round-robin shares of 3: "));
+  EXPECT_THAT(r.output, HasSubstr("random splits (2 seeds): worst share "));
+}
+
 TEST_F(Cli, FleetFlagsAreCheckedNamingTheFlag) {
   struct Case {
     const char* flags;
