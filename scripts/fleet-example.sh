@@ -6,7 +6,14 @@
 # (--replicas N --replica-index I) against that server with one fleet id,
 # prints each process's summary and the fleet's totals, stops the server.
 #
-#   scripts/fleet-example.sh CONFIG TRACE [N] [more gearbox replay flags...]
+#   scripts/fleet-example.sh CONFIG TRACE [N] [--kill-store-at S [--store-down D]]
+#                            [more gearbox replay flags...]
+#
+# --kill-store-at S: S wall seconds after the processes start, the server is
+# killed (SIGKILL) and restarted D seconds later (default 1) on the same port,
+# empty (no persistence); pace the processes (e.g. --pace 600: the hour in
+# 6 s) so that it falls mid-run. The totals then say how many store calls
+# failed and whether the processes ended on one gear set.
 #
 # With --fleet-plan the processes share one plan: the leader's lease (in
 # Redis) decides which one plans, the others adopt its versions.
@@ -29,6 +36,26 @@ if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then
   n=$1
   shift
 fi
+kill_at=""
+down=1
+rest=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --kill-store-at) kill_at=${2:-}; shift 2 || { echo "$0: --kill-store-at needs seconds" >&2; exit 2; } ;;
+    --store-down) down=${2:-}; shift 2 || { echo "$0: --store-down needs seconds" >&2; exit 2; } ;;
+    *) rest+=("$1"); shift ;;
+  esac
+done
+number='^[0-9]+([.][0-9]+)?$'
+if [[ -n $kill_at && ! $kill_at =~ $number ]]; then
+  echo "$0: --kill-store-at \"$kill_at\" is not allowed; seconds (a number >= 0)" >&2
+  exit 2
+fi
+if [[ ! $down =~ $number ]]; then
+  echo "$0: --store-down \"$down\" is not allowed; seconds (a number >= 0)" >&2
+  exit 2
+fi
+set -- ${rest[@]+"${rest[@]}"}
 if (( n < 1 || n > 64 )); then
   echo "$0: N = $n is not allowed; 1..64 processes" >&2
   exit 2
@@ -60,9 +87,9 @@ trap cleanup EXIT
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
-started=0
-for attempt in 1 2 3 4 5; do
-  port=$(free_port)
+# Starts the server on $port (sets server_pid, started=1 once it accepts).
+start_server() {
+  started=0
   "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
     --daemonize no --logfile "$dir/redis.log" &
   server_pid=$!
@@ -74,6 +101,11 @@ for attempt in 1 2 3 4 5; do
     if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
     sleep 0.02
   done
+}
+started=0
+for attempt in 1 2 3 4 5; do
+  port=$(free_port)
+  start_server
   if (( started )); then break; fi
   kill "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true
@@ -94,6 +126,24 @@ for (( i = 0; i < n; ++i )); do
     --summary "$dir/replica-$i.json" "$@" >"$dir/replica-$i.txt" 2>&1 &
   pids+=($!)
 done
+if [[ -n $kill_at ]]; then
+  sleep "$kill_at"
+  running=0
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && running=$((running + 1)); done
+  kill -KILL "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+  echo "redis-server killed after ${kill_at} s ($running of $n processes running)"
+  sleep "$down"
+  start_server
+  if (( ! started )); then
+    echo "$0: redis-server did not restart on port $port (log: $dir/redis.log)" >&2
+    exit 1
+  fi
+  running=0
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && running=$((running + 1)); done
+  echo "redis-server restarted after ${down} s down, empty ($running of $n processes running)"
+fi
 rc=0
 for (( i = 0; i < n; ++i )); do
   code=0
@@ -111,12 +161,17 @@ fi
 python3 - "$dir" "$n" <<'PY'
 import json, sys
 d, n = sys.argv[1], int(sys.argv[2])
-req = compiles = loads = published = adopted = notified = 0
+req = compiles = loads = published = adopted = notified = failures = 0
 plan = False
+gear_sets = set()
+versions = []
 for i in range(n):
     runs = json.load(open(f"{d}/replica-{i}.json"))
     plan |= runs[0]["fleet_plan"]
+    failures += runs[0]["store_traffic"]["failures"]
     for x in runs[0]["per_replica"]:
+        gear_sets.add(json.dumps(x["final_gears"], sort_keys=True))
+        versions.append(str(x["plan_version"]))
         req += x["requests"]
         compiles += x["compiles"]
         loads += x["artifact_loads"]
@@ -128,4 +183,6 @@ if plan:
     line += (f"; one plan: {published} versions published, {adopted} adoptions"
              f" ({notified} on an announcement)")
 print(line)
+tail = f"; plan version at each one's last step: {' '.join(versions)}" if plan else ""
+print(f"store calls failed: {failures}; final gear sets: {len(gear_sets)} distinct{tail}")
 PY

@@ -625,6 +625,27 @@ TEST_F(Cli, TheFleetSuiteTabulatesOneScenario) {
                         " / " + std::to_string(fleet["fleet"]["compiles"].get<int>()) + " | "));
 }
 
+// scripts/fleet_sampling.py replays one runtime's gear timeline from its
+// decisions: on the whole trace it gives the replay's own padding waste, and
+// it prints the round-robin shares' range.
+TEST_F(Cli, TheSamplingScriptReproducesOneRuntimesWaste) {
+  const ToolRun replay =
+      Tool("replay --config " + P("config.json") + " --trace " + P("trace.csv") + " --summary " +
+           P("single.json") + " --decisions " + P("single.jsonl"));
+  ASSERT_EQ(replay.code, 0) << replay.output;
+  const auto single = nlohmann::json::parse(ReadAll(P("single.json")));
+  const ToolRun r =
+      Shell("/usr/bin/python3 " GEARBOX_SOURCE_DIR "/scripts/fleet_sampling.py " +
+            P("config.json") + " " + P("trace.csv") + " " + P("single.jsonl") + " 3 --seeds 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "on the whole trace: %.2f %%",
+                100.0 * single["padding_waste"].get<double>());
+  EXPECT_THAT(r.output, HasSubstr(expected));
+  EXPECT_THAT(r.output, HasSubstr("round-robin shares of 3: "));
+  EXPECT_THAT(r.output, HasSubstr("random splits (2 seeds): worst share "));
+}
+
 TEST_F(Cli, FleetFlagsAreCheckedNamingTheFlag) {
   struct Case {
     const char* flags;
@@ -714,6 +735,37 @@ TEST_F(Cli, AFleetOfProcessesSharesOnePlanThroughRedis) {
   const size_t at = r.output.find("one plan: ");
   ASSERT_NE(at, std::string::npos) << r.output;
   EXPECT_GT(std::stoi(r.output.substr(at + 10)), 0) << r.output;  // versions published
+}
+
+// The real store killed and restarted, empty, while three paced processes
+// (--pace 400: the 2000-s trace in 5 s) share one plan through it: none
+// crashes, every row is served once, the kill is felt (failed store calls),
+// and the plan is found again after the restart (every process's last plan
+// step saw a version, which only the leader republishing after the restart
+// gives: the restart lost the old one).
+TEST_F(Cli, AFleetOfProcessesSurvivesTheStoreKilledAndRestarted) {
+  std::string line = "GEARBOX=";
+  line.append(GEARBOX_TOOL).append(" " GEARBOX_SOURCE_DIR "/scripts/fleet-example.sh ");
+  line.append(P("config.json")).append(" ").append(P("trace.csv"));
+  line.append(" 3 --fleet-plan --pace 400 --kill-store-at 1.5 --store-down 1");
+  const ToolRun r = Shell(line);
+  if (r.code == 77) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("redis-server killed after 1.5 s"));
+  EXPECT_THAT(r.output, HasSubstr("redis-server restarted after 1 s down, empty"));
+  EXPECT_THAT(r.output, HasSubstr("fleet of 3 processes: 2000 requests"));
+  const size_t failed = r.output.find("store calls failed: ");
+  ASSERT_NE(failed, std::string::npos) << r.output;
+  EXPECT_GT(std::stoi(r.output.substr(failed + 20)), 0) << r.output;
+  const std::string key = "plan version at each one's last step:";
+  const size_t at = r.output.find(key);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::istringstream versions(r.output.substr(at + key.size()));
+  for (int i = 0; i < 3; ++i) {
+    uint64_t v = 0;
+    ASSERT_TRUE(versions >> v) << r.output;
+    EXPECT_GT(v, 0u) << "process " << i << ": " << r.output;
+  }
 }
 
 // Without a redis-server the script says so and exits 77 (a skip), starting nothing.

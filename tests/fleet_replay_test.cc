@@ -157,6 +157,39 @@ TEST(FleetReplayTest, OnePlanPerFleetWastesWhatOneRuntimeDoes) {
   }
 }
 
+// One plan and shared artifacts: the fleet builds about the graphs one
+// runtime builds, not N x. No replica prewarms the configured gears (no plan
+// exists at the start: they are compiled on a miss, once in the fleet when
+// the others find them in the store), and each gear of the plan is built
+// once and loaded by the others.
+TEST(FleetReplayTest, OnePlanAndSharedArtifactsCompileWhatOneRuntimeDoes) {
+  static const RuntimeConfig config = Config();
+  static const Trace trace = MixtureTrace();
+  auto single = Replay(config, trace, ReplayOptions{});
+  ASSERT_TRUE(single.ok()) << single.status();
+  const double one = static_cast<double>(single->compiles);
+  for (const int n : {4, 16}) {
+    FleetReplayOptions o;
+    o.replicas = n;
+    o.fleet_plan = true;
+    o.share_artifacts = true;
+    const FleetReplayResult r = RunFleet(o);
+    ASSERT_EQ(r.replicas.size(), static_cast<size_t>(n));
+    uint64_t puts = 0;
+    for (const ReplicaReplayResult& x : r.replicas) {
+      EXPECT_EQ(x.prewarm_compiles, 0u) << n << " replicas, replica " << x.replica;
+      EXPECT_LE(x.request_compiles, x.compiles);
+      puts += x.artifacts.puts;
+    }
+    EXPECT_EQ(puts, r.compiles) << n << " replicas";  // every build put, once
+    // Not N x: below twice one runtime's (the rest: the plan's gears built
+    // before a request needs them, and a few misses before the others'
+    // artifacts were found).
+    EXPECT_LT(static_cast<double>(r.compiles), 2 * one) << n << " replicas";
+    EXPECT_GT(r.artifact_loads, 0u);
+  }
+}
+
 TEST(FleetReplayTest, HashSplitKeepsASizeOnOneReplica) {
   FleetReplayOptions o;
   o.replicas = 3;
@@ -195,6 +228,14 @@ TEST(FleetReplayTest, BadOptionsNameTheFlag) {
   o = {};
   o.artifact_bytes = 0;
   EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--artifact-bytes: 0"),
+            absl::string_view::npos);
+  o = {};
+  o.pace = -1;
+  EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--pace: -1"),
+            absl::string_view::npos);
+  o = {};
+  o.artifact_poll_seconds = 0;
+  EXPECT_NE(FleetReplay(config, trace, o).status().message().find("--artifact-poll-seconds: 0"),
             absl::string_view::npos);
   o = {};
   o.only_replica = 1;
@@ -286,8 +327,10 @@ TEST(FleetReplayTest, AJoinerPrewarmsTheFleetPlansGearsFromTheArtifacts) {
   // Everything it had at the start came from the store: it compiled none of it.
   EXPECT_GT(joiner.prewarm_loads, 0u);
   EXPECT_EQ(joiner.prewarm_compiles, 0u);
-  // The first replica prewarmed the configured gears by compiling them.
-  EXPECT_GT(r.replicas.front().prewarm_compiles, 0u);
+  // The first replica had no plan to adopt: it prewarmed nothing (its
+  // configured gears compiled on their first request).
+  EXPECT_EQ(r.replicas.front().prewarm_compiles, 0u);
+  EXPECT_GT(r.replicas.front().request_compiles, 0u);
   EXPECT_EQ(joiner.final_gears, r.replicas.front().final_gears);
   EXPECT_EQ(r.rejected_requests, 0u);
 }

@@ -42,17 +42,19 @@ struct ReplayFlags {
   size_t max_updates = ReplayRunOptions{}.max_updates;
   // Fleet replay (gearbox/fleet_replay.h): 0 = the single-runtime replay.
   int replicas = 0;
-  std::string store;             // redis://HOST:PORT; empty: the in-process stand-in
-  std::string replica_split;     // round-robin (default) or hash:COLUMN
-  std::string join_at;           // trace seconds; empty: every replica from the start
-  std::string store_outage;      // T1:T2
-  bool isolated = false;         // replicas that do not share (the baseline)
-  std::string fleet_weighting;   // total (default) or mean
-  bool fleet_plan = false;       // one plan per fleet (replica 0 leads)
-  bool share_artifacts = false;  // compiled artifacts shared through the store
-  int64_t artifact_bytes = 0;    // bytes of one simulated artifact; 0: the library's default
-  int replica_index = -1;        // >= 0: simulate only this replica (a fleet of processes)
-  std::string fleet_id;          // the fingerprint's model id (processes of one fleet share it)
+  std::string store;                 // redis://HOST:PORT; empty: the in-process stand-in
+  std::string replica_split;         // round-robin (default) or hash:COLUMN
+  std::string join_at;               // trace seconds; empty: every replica from the start
+  std::string store_outage;          // T1:T2
+  bool isolated = false;             // replicas that do not share (the baseline)
+  std::string fleet_weighting;       // total (default) or mean
+  bool fleet_plan = false;           // one plan per fleet (replica 0 leads)
+  bool share_artifacts = false;      // compiled artifacts shared through the store
+  int64_t artifact_bytes = 0;        // bytes of one simulated artifact; 0: the library's default
+  double artifact_poll_seconds = 0;  // 0: the library's default
+  double pace = 0;                   // trace seconds per wall second; 0: unpaced
+  int replica_index = -1;            // >= 0: simulate only this replica (a fleet of processes)
+  std::string fleet_id;              // the fingerprint's model id (processes of one fleet share it)
 };
 
 int Fail(const absl::Status& s) {
@@ -492,6 +494,8 @@ int RunFleetReplay(const ReplayFlags& f) {
   base.fleet_plan = f.fleet_plan;
   base.share_artifacts = f.share_artifacts;
   if (f.artifact_bytes != 0) base.artifact_bytes = f.artifact_bytes;
+  if (f.artifact_poll_seconds != 0) base.artifact_poll_seconds = f.artifact_poll_seconds;
+  base.pace = f.pace;
   if (f.replica_index >= 0) base.only_replica = f.replica_index;
   base.fingerprint.model_id = f.fleet_id;
   base.bucket_seconds = f.bucket_seconds;
@@ -614,6 +618,8 @@ int RunReplay(const ReplayFlags& f) {
                                   {"--fleet-plan", f.fleet_plan},
                                   {"--share-artifacts", f.share_artifacts},
                                   {"--artifact-bytes", f.artifact_bytes != 0},
+                                  {"--artifact-poll-seconds", f.artifact_poll_seconds != 0},
+                                  {"--pace", f.pace != 0},
                                   {"--replica-index", f.replica_index >= 0},
                                   {"--fleet-id", !f.fleet_id.empty()}}) {
     if (set) return Fail(absl::InvalidArgumentError(fmt::format("{}: needs --replicas", flag)));
@@ -738,6 +744,14 @@ Command AddReplayCommand(CLI::App& app) {
   cmd->add_option("--artifact-bytes", f->artifact_bytes,
                   "fleet replay: bytes of one simulated artifact (default 65536)")
       ->check(NumberIn(1, 64 << 20, "bytes in [1, 67108864]"));
+  cmd->add_option("--pace", f->pace,
+                  "fleet replay: trace seconds replayed per wall second at most (default 0: as "
+                  "fast as it can)")
+      ->check(NumberIn(0, 1e9, "trace seconds per wall second in [0, 1e9]"));
+  cmd->add_option("--artifact-poll-seconds", f->artifact_poll_seconds,
+                  "fleet replay: seconds between two looks for the others' artifacts of gears a "
+                  "replica has no graph for, before its first plan (default 0.1)")
+      ->check(NumberIn(0, 3600, "seconds in (0, 3600]", true));
   cmd->add_option("--replica-index", f->replica_index,
                   "fleet replay: simulate only replica I (0-based) of --replicas N, its share "
                   "of the trace, against --store (a fleet of processes; needs --fleet-id)")

@@ -59,7 +59,20 @@ struct FleetReplayOptions : ReplayRunOptions {
   // the store when another replica put that artifact (artifact_loads), else
   // compiled under the compile lease and put (compiles). Works with or
   // without share_stats; with the store down a replica compiles itself.
+  // At its start without a fleet plan to adopt, a replica does not prewarm
+  // its configured gears (the first plan replaces most of them): it loads
+  // those the fleet has, looks again every artifact_poll_seconds until the
+  // gear set changes, and compiles a miss on the request (put afterwards by
+  // its update path for the others), as one runtime compiles lazily.
   bool share_artifacts = false;
+  // Seconds between two looks of a replica's update path for the others'
+  // artifacts of gears it has no graph for (above; > 0, at most 3600).
+  double artifact_poll_seconds = 0.1;
+  // Trace seconds replayed per wall second at most (0: as fast as it can):
+  // each row waits until (t - first row's t) / pace wall seconds have passed
+  // since the start. For a fleet of processes whose store is stopped and
+  // restarted while they run (scripts/fleet-example.sh --kill-store-at).
+  double pace = 0.0;
   // Bytes of one simulated artifact (1..64 MiB; chunked above 256 KiB).
   int64_t artifact_bytes = 64 * 1024;
   ReplicaSplit split = ReplicaSplit::kRoundRobin;
@@ -106,6 +119,11 @@ struct ReplicaReplayResult {
   // set; with fleet_plan, a joiner's adopted plan).
   uint64_t prewarm_compiles = 0;
   uint64_t prewarm_loads = 0;
+  // Of compiles, those made on a request's miss (the rest: the update path
+  // building a new gear set's graphs). With share_artifacts a replica
+  // without a fleet plan to adopt at its start builds its configured gears
+  // only this way (lazily), and its update path puts them for the others.
+  uint64_t request_compiles = 0;
   uint64_t updates = 0;
   uint64_t updates_changed = 0;
   uint64_t peak_graphs = 0;
@@ -117,6 +135,9 @@ struct ReplicaReplayResult {
   // Of plan_adoptions, those made on the leader's announcement (a fleet of
   // processes: between two rows, before the replica's next check).
   uint64_t plan_notified_adoptions = 0;
+  // The store's plan version at its last successful plan step (0: none; a
+  // store restarted without persistence starts the versions again).
+  uint64_t plan_version = 0;
   FleetArtifactCounters artifacts;  // zero without share_artifacts
   std::vector<WasteBucket> waste_timeline;
 };

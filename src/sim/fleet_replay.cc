@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <thread>
 #include <unordered_set>
 
 #include "gearbox/fleet_plan.h"
@@ -51,6 +53,13 @@ struct Replica {
   std::unique_ptr<FleetPlanSync> plan;
   std::unique_ptr<FleetArtifactStore> artifacts;
   std::vector<std::vector<int64_t>> synced_gears;  // the gear set last given graphs
+  // Lazy (no fleet plan yet): combinations of the gear set it has no graph
+  // for are only loaded, when the fleet has them, at most once per
+  // `load_every` seconds; a miss compiles on the request as one runtime's.
+  bool lazy = false;
+  double next_load_at = 0.0;
+  double load_every = 0.0;
+  std::vector<Combo> pending_puts;  // built on a request's miss, put by the update path
   std::unique_ptr<AdaptiveGearRuntime> runtime;
   std::unique_ptr<internal::ReplaySchedule> schedule;
   ReplicaReplayResult result;
@@ -193,6 +202,14 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     return internal::InvalidFieldValue("--artifact-bytes", options.artifact_bytes,
                                        Cat("bytes in [1, ", kMaxArtifactBytes, "]"));
   }
+  if (!(options.pace >= 0 && options.pace <= 1e9)) {
+    return internal::InvalidFieldValue("--pace", options.pace,
+                                       "trace seconds per wall second in [0, 1e9] (0: unpaced)");
+  }
+  if (!(options.artifact_poll_seconds > 0 && options.artifact_poll_seconds <= 3600)) {
+    return internal::InvalidFieldValue("--artifact-poll-seconds", options.artifact_poll_seconds,
+                                       "seconds in (0, 3600]");
+  }
   // The store, on a clock the replay moves to each row's time.
   ManualClock store_clock(t0);
   std::unique_ptr<FleetStore> inner;
@@ -232,6 +249,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   bool leader_updated = false;
   const auto Adopt = [](Replica& r, double at) {
     absl::StatusOr<FleetPlanStep> step = r.plan->Step(r.runtime.get(), at);
+    if (step.ok()) r.result.plan_version = step->version;
     if (step.ok() && step->adopted) ++r.result.plan_adoptions;
   };
   // The update path's artifact step: graphs for every combination of a new
@@ -239,8 +257,16 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   // between rows, as the replica's worker would after an update.
   Combo sync_combo;
   sync_combo.n = n;
-  const auto SyncArtifacts = [&](Replica& r) {
+  // `build` false: only loads what the fleet already has (the gear set did
+  // not come from the fleet: a replica's configured gears before any plan).
+  const auto SyncArtifacts = [&](Replica& r, bool build = true) {
     if (r.artifacts == nullptr) return;
+    // The graphs requests built since: put for the others (deferred, as
+    // the Python integration's request path does).
+    for (const Combo& c : r.pending_puts) {
+      (void)r.artifacts->Put(GearKey(c), "simulated", SimulatedArtifact(c, options.artifact_bytes));
+    }
+    r.pending_puts.clear();
     SnapshotRef snap = r.runtime->GetSnapshot();
     std::vector<std::vector<int64_t>> gears;
     size_t combos = 1;
@@ -248,8 +274,15 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       gears.emplace_back(snap->gears(d).begin(), snap->gears(d).end());
       combos *= gears.back().size();
     }
-    if (gears == r.synced_gears) return;
+    const double now = store_clock.NowSeconds();  // the row's time
+    if (gears == r.synced_gears) {
+      if (!r.lazy || now < r.next_load_at) return;
+      build = false;  // a lazy replica's periodic look for the others' graphs
+    } else {
+      r.lazy = !build;
+    }
     r.synced_gears = gears;
+    if (r.lazy) r.next_load_at = now + r.load_every;
     if (combos > kMaxSyncedCombos) return;
     std::vector<size_t> at(static_cast<size_t>(n), 0);
     for (size_t k = 0; k < combos; ++k) {
@@ -260,9 +293,17 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       }
       if (r.alive.count(sync_combo)) continue;
       const Combo c = sync_combo;
-      auto got = r.artifacts->Obtain(GearKey(c), "simulated", [&c, &options] {
-        return absl::StatusOr<std::string>(SimulatedArtifact(c, options.artifact_bytes));
-      });
+      absl::StatusOr<ObtainedArtifact> got;
+      if (build) {
+        got = r.artifacts->Obtain(GearKey(c), "simulated", [&c, &options] {
+          return absl::StatusOr<std::string>(SimulatedArtifact(c, options.artifact_bytes));
+        });
+      } else {
+        absl::StatusOr<std::optional<FleetArtifact>> found =
+            r.artifacts->Get(GearKey(c), "simulated");
+        if (!found.ok() || !found->has_value()) continue;  // compiled on its first request
+        got = ObtainedArtifact{std::move(**found), ArtifactSource::kLoaded, false};
+      }
       if (!got.ok()) continue;  // a build never fails here; the request path would compile
       r.pool.Register(std::make_shared<ReplicaGraph>(&r.alive, c));
       r.runtime->AttachCleanupKeys({c.gear, static_cast<size_t>(n)}, r.pool.ConsumeRecentKeys());
@@ -349,6 +390,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       if (self->plan != nullptr && leads) {
         // After the update, outside the runtime's locks (RunOnce calls on_update there).
         absl::StatusOr<FleetPlanStep> step = self->plan->Step(self->runtime.get(), rec.time);
+        if (step.ok()) result->plan_version = step->version;
         if (step.ok() && step->published) ++result->plan_publications;
         leader_updated = true;
       }
@@ -369,8 +411,14 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     r.schedule =
         std::make_unique<internal::ReplaySchedule>(options, at, t_end, r.runtime.get(), &r.clock);
     r.active = true;
-    if (r.plan != nullptr && !leads && !r.leading) Adopt(r, at);  // the fleet's plan first
-    SyncArtifacts(r);  // and its graphs (prewarmed from the fleet's artifacts)
+    // The fleet's plan first, and its graphs (prewarmed from the fleet's
+    // artifacts). Without a plan to adopt, the configured gears are not
+    // prewarmed (the first plan replaces most of them): loaded when the
+    // fleet has them, else compiled on a request's miss as one runtime's.
+    const uint64_t adopted = r.result.plan_adoptions;
+    if (r.plan != nullptr && !leads && !r.leading) Adopt(r, at);
+    r.load_every = options.artifact_poll_seconds;
+    SyncArtifacts(r, r.result.plan_adoptions > adopted);
     r.result.prewarm_compiles = r.result.compiles;
     r.result.prewarm_loads = r.result.artifact_loads;
     return absl::OkStatus();
@@ -419,6 +467,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         if (auto s = r.runtime->RunOnce(at); !s.ok()) return s.status();
       }
       absl::StatusOr<FleetPlanStep> step = r.plan->Step(r.runtime.get(), at);
+      if (step.ok()) r.result.plan_version = step->version;
       if (step.ok() && step->published) ++r.result.plan_publications;
       if (step.ok() && step->adopted) ++r.result.plan_adoptions;
       SyncArtifacts(r);
@@ -450,6 +499,11 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   const size_t progress_step = std::max<size_t>(1, rows / 100);
   for (size_t i = 0; i < rows; ++i) {
     const double t = trace.time[i];
+    if (options.pace > 0) {
+      std::this_thread::sleep_until(wall_start +
+                                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double>((t - t0) / options.pace)));
+    }
     store_clock.Set(t);
     if (options.progress && i % progress_step == 0) options.progress(i, rows);
     Replica& last = *replicas.back();
@@ -469,6 +523,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         if (r->leading || !r->plan->NewerPlanAnnounced()) continue;
         r->clock.Set(t);
         absl::StatusOr<FleetPlanStep> step = r->plan->Step(r->runtime.get(), t);
+        if (step.ok()) r->result.plan_version = step->version;
         if (step.ok() && step->adopted) {
           ++r->result.plan_adoptions;
           ++r->result.plan_notified_adoptions;
@@ -508,6 +563,8 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
       r.runtime->AttachCleanupKeys({combo.gear, static_cast<size_t>(n)},
                                    r.pool.ConsumeRecentKeys());
       ++res.compiles;
+      ++res.request_compiles;
+      if (r.artifacts != nullptr) r.pending_puts.push_back(combo);
       res.peak_graphs = std::max<uint64_t>(res.peak_graphs, r.alive.size());
     }
     r.runtime->RecordPlan(plan, t);
@@ -644,6 +701,7 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["artifact_loads"] = x.artifact_loads;
     e["prewarm_compiles"] = x.prewarm_compiles;
     e["prewarm_loads"] = x.prewarm_loads;
+    e["request_compiles"] = x.request_compiles;
     e["updates"] = x.updates;
     e["updates_changed"] = x.updates_changed;
     e["peak_graphs"] = x.peak_graphs;
@@ -661,6 +719,7 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["plan_publications"] = x.plan_publications;
     e["plan_adoptions"] = x.plan_adoptions;
     e["plan_notified_adoptions"] = x.plan_notified_adoptions;
+    e["plan_version"] = x.plan_version;
     e["artifact_puts"] = x.artifacts.puts;
     e["artifact_corrupt"] = x.artifacts.corrupt;
     e["artifact_lease_waits"] = x.artifacts.lease_waits;
