@@ -137,18 +137,33 @@ TEST(FleetReplayTest, OnePlanPerFleetGivesEveryReplicaTheLeadersGears) {
 // before the leader plans, the newest slots filled, the first plan after
 // the fleet's min_window_weight requests): every replica wastes about what
 // one runtime serving the whole trace does, for 4 and 16 replicas.
+// One runtime on the whole mixture trace, and the fleet of 4 and of 16
+// replicas with one plan and shared artifacts on it: replayed once for the
+// two tests below.
+struct OnePlanFleets {
+  ReplayResult single;
+  std::vector<std::pair<int, FleetReplayResult>> fleets;
+};
+const OnePlanFleets& OnePlanFleetsOnTheMixture() {
+  static const OnePlanFleets runs = [] {
+    OnePlanFleets out;
+    out.single = Replay(Config(), MixtureTrace(), ReplayOptions{}).value();
+    for (const int n : {4, 16}) {
+      FleetReplayOptions o;
+      o.replicas = n;
+      o.fleet_plan = true;
+      o.share_artifacts = true;
+      out.fleets.emplace_back(n, RunFleet(o));
+    }
+    return out;
+  }();
+  return runs;
+}
+
 TEST(FleetReplayTest, OnePlanPerFleetWastesWhatOneRuntimeDoes) {
-  static const RuntimeConfig config = Config();
-  static const Trace trace = MixtureTrace();
-  auto single = Replay(config, trace, ReplayOptions{});
-  ASSERT_TRUE(single.ok()) << single.status();
-  const double one = single->padding_waste;
-  for (const int n : {4, 16}) {
-    FleetReplayOptions o;
-    o.replicas = n;
-    o.fleet_plan = true;
-    o.share_artifacts = true;
-    const FleetReplayResult r = RunFleet(o);
+  const OnePlanFleets& runs = OnePlanFleetsOnTheMixture();
+  const double one = runs.single.padding_waste;
+  for (const auto& [n, r] : runs.fleets) {
     ASSERT_EQ(r.replicas.size(), static_cast<size_t>(n));
     for (const ReplicaReplayResult& x : r.replicas) {
       EXPECT_LE(x.padding_waste, one * 1.05 + 0.002) << n << " replicas, replica " << x.replica;
@@ -163,17 +178,9 @@ TEST(FleetReplayTest, OnePlanPerFleetWastesWhatOneRuntimeDoes) {
 // the others find them in the store), and each gear of the plan is built
 // once and loaded by the others.
 TEST(FleetReplayTest, OnePlanAndSharedArtifactsCompileWhatOneRuntimeDoes) {
-  static const RuntimeConfig config = Config();
-  static const Trace trace = MixtureTrace();
-  auto single = Replay(config, trace, ReplayOptions{});
-  ASSERT_TRUE(single.ok()) << single.status();
-  const double one = static_cast<double>(single->compiles);
-  for (const int n : {4, 16}) {
-    FleetReplayOptions o;
-    o.replicas = n;
-    o.fleet_plan = true;
-    o.share_artifacts = true;
-    const FleetReplayResult r = RunFleet(o);
+  const OnePlanFleets& runs = OnePlanFleetsOnTheMixture();
+  const double one = static_cast<double>(runs.single.compiles);
+  for (const auto& [n, r] : runs.fleets) {
     ASSERT_EQ(r.replicas.size(), static_cast<size_t>(n));
     uint64_t puts = 0;
     for (const ReplicaReplayResult& x : r.replicas) {
