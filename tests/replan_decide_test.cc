@@ -285,6 +285,27 @@ TEST(ReplanDecision, TooLittleTrafficChangesNothing) {
   EXPECT_THAT(d.record.declined[0].reason, HasSubstr("too little traffic in the window"));
 }
 
+TEST(ReplanDecision, AtTheGraphBudgetATargetGearReplacesAFarGearTheTargetLacks) {
+  // max_graphs 3, three gears; the target is {500, 800, 1024}. Gear 300,
+  // added 600 s ago, is protected by its lifetime, so the whole target cannot
+  // be taken and no gear may be added. Gear 800's neighbours (300, young;
+  // 1024, the largest) stay: only replacing the far gear 100 makes room (its
+  // 20 requests pad to 300, losing 1.8 s: more than a removal alone may lose).
+  const Window w = MakeWindow({{100, 20, 0}, {300, 5, kNow - 600, false}, {1024, 200, 0}},
+                              {{100, 20.0}, {300, 5.0}, {500, 300.0}, {800, 500.0}, {1024, 200.0}});
+  ReplanOptions o;
+  o.max_graphs = 3;
+  const UpdateDecision d = Decide(w, {}, o);
+  EXPECT_THAT(d.record.targets[0], ElementsAre(500, 800, 1024));
+  EXPECT_THAT(d.next_gears[0], ElementsAre(300, 800, 1024));
+  ASSERT_EQ(d.record.changes.size(), 1u);
+  const ChangeRecord& c = d.record.changes[0];
+  EXPECT_EQ(c.action, ChangeAction::kReplace);
+  EXPECT_EQ(c.gear, 800);
+  EXPECT_EQ(c.replaced, 100);
+  EXPECT_NEAR(c.gain_seconds, (500 * 224 + 300 * 224 - 20 * 200) * 2e-5 * Horizon(), 1e-6);
+}
+
 // ---- GearCaps: the graph budget split between dimensions ----
 
 double Product(const std::vector<int>& k) {

@@ -68,10 +68,15 @@ void Finish(const GearSet& gears, UpdateDecision* out) {
 // bounded (DecideCombinations).
 std::vector<int> GearCapsOf(const GearSet& gears, const WindowStats& stats,
                             const std::vector<internal::DimensionCost>& costs,
-                            const AdaptiveOptions& adaptive, const ReplanOptions& o) {
+                            const AdaptiveOptions& adaptive, const ReplanOptions& o,
+                            std::vector<int>* shares) {
   const int n = gears.num_dimensions();
-  if (n == 1) return {std::min(adaptive.max_gears_per_type, o.max_graphs)};
+  if (n == 1) {
+    *shares = {std::min(adaptive.max_gears_per_type, o.max_graphs)};
+    return *shares;
+  }
   std::vector<int> caps(static_cast<size_t>(n), adaptive.max_gears_per_type);
+  *shares = caps;
   if (gears.scheme() == GearScheme::kJoint) return caps;
   std::vector<std::vector<double>> curves;
   std::vector<int> current;
@@ -80,7 +85,7 @@ std::vector<int> GearCapsOf(const GearSet& gears, const WindowStats& stats,
                                          costs[static_cast<size_t>(d)], adaptive, o));
     current.push_back(static_cast<int>(gears.gears(d).size()));
   }
-  return internal::GearCaps(curves, current, o.max_graphs, adaptive.max_gears_per_type);
+  return internal::GearCaps(curves, current, o.max_graphs, adaptive.max_gears_per_type, shares);
 }
 
 }  // namespace
@@ -92,9 +97,11 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
   // 1. Each dimension's gears (the grid), priced as its gears' combinations
   // with the others.
   const std::vector<internal::DimensionCost> costs = internal::CostPerDimension(gears, stats, o);
-  const std::vector<int> caps = GearCapsOf(gears, stats, costs, adaptive, o);
+  std::vector<int> shares;
+  const std::vector<int> caps = GearCapsOf(gears, stats, costs, adaptive, o, &shares);
   for (int d = 0; d < gears.num_dimensions(); ++d) {
-    internal::GearLimit limit{caps[static_cast<size_t>(d)], adaptive.max_gears_per_type};
+    internal::GearLimit limit{caps[static_cast<size_t>(d)], adaptive.max_gears_per_type,
+                              shares[static_cast<size_t>(d)]};
     if (gears.scheme() != GearScheme::kJoint) {
       // The others' gears: those already replanned, and the current ones.
       double others = 1;

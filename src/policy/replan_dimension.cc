@@ -251,13 +251,12 @@ class DimensionReplanner {
   }
 
   // The gain of a move, computed locally: only the sizes between the
-  // neighbours of the touched gears change gear (O(log sizes)); moves at the
-  // top of a splittable dimension (which change its splitting) are
-  // evaluated whole against `base`, the cost of the current set.
+  // neighbours of the touched gears change gear (O(log sizes)). On a
+  // splittable dimension a split's remainder may land on any gear, so its
+  // moves are evaluated whole against `base`, the cost of the current set.
   double GainOf(int64_t add, int64_t remove, double base) const {
     const GearCostModel& m = cost_.model;
-    const int64_t top = set_.back();
-    if (spec_.splittable && ((remove && remove == top) || (add && add > top))) {
+    if (spec_.splittable) {
       std::vector<int64_t> next = set_;
       if (remove) next.erase(std::find(next.begin(), next.end(), remove));
       if (add) next.insert(std::lower_bound(next.begin(), next.end(), add), add);
@@ -356,11 +355,19 @@ class DimensionReplanner {
     if (target_.empty()) return moves;
     for (int64_t t : adds) moves.push_back(Consider(ChangeAction::kAdd, t, 0, base));
     for (int64_t c : removes) moves.push_back(Consider(ChangeAction::kRemove, 0, c, base));
+    // At the addition cap a target gear can only come in for another: there,
+    // within its planned share, any gear the target lacks may make room (an
+    // add and a far removal as one replacement); otherwise only a neighbour
+    // is replaced.
+    const int held = static_cast<int>(set_.size());
+    const bool at_cap = held >= AdditionCap() && held <= limit_.planned_share;
     for (int64_t t : adds) {
       auto above = std::upper_bound(set_.begin(), set_.end(), t);
-      for (auto it : {above, above == set_.begin() ? set_.end() : std::prev(above)}) {
-        if (it != set_.end() && std::binary_search(removes.begin(), removes.end(), *it)) {
-          moves.push_back(Consider(ChangeAction::kReplace, t, *it, base));
+      const int64_t next = above == set_.end() ? 0 : *above;
+      const int64_t prev = above == set_.begin() ? 0 : *std::prev(above);
+      for (int64_t c : removes) {
+        if (at_cap || c == next || c == prev) {
+          moves.push_back(Consider(ChangeAction::kReplace, t, c, base));
         }
       }
     }

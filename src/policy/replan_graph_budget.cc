@@ -32,7 +32,8 @@ void Raise(std::vector<int>* caps, double budget, Pick&& pick) {
 }  // namespace
 
 std::vector<int> GearCaps(std::span<const std::vector<double>> cost_curves,
-                          std::span<const int> current, int budget, int max_per_dimension) {
+                          std::span<const int> current, int budget, int max_per_dimension,
+                          std::vector<int>* shares) {
   const size_t n = cost_curves.size();
   const double b = std::max(budget, 1);
   std::vector<int> caps(n, 1);
@@ -56,6 +57,7 @@ std::vector<int> GearCaps(std::span<const std::vector<double>> cost_curves,
     }
     return best;
   });
+  if (shares != nullptr) *shares = caps;
   // A gear the target does not want yet may stay (the hysteresis band):
   // room left in the budget goes to the dimensions that hold more gears
   // than their cap, most first, one gear a round.

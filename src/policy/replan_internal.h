@@ -77,9 +77,12 @@ const DimensionStats* StatsOf(const GearSet& gears, const WindowStats& stats, in
 // logarithm gets it, while the product fits; room left then goes to
 // dimensions that hold more gears (`current`) than their cap, so that the
 // hysteresis band keeps them, and what is left after that to the smallest
-// cap, one gear at a time. Every cap is in [1, max_per_dimension]. Pure.
+// cap, one gear at a time. Every cap is in [1, max_per_dimension]. With
+// `shares`, also what the first step alone gives each dimension: the gears
+// the budget's split plans for it, before any room for gears it holds. Pure.
 std::vector<int> GearCaps(std::span<const std::vector<double>> cost_curves,
-                          std::span<const int> current, int budget, int max_per_dimension);
+                          std::span<const int> current, int budget, int max_per_dimension,
+                          std::vector<int>* shares = nullptr);
 
 // Dimension d's cost curve for GearCaps: the modelled cost of its target
 // at 1, 2, ... gears, up to what the target wants uncapped; {0} (one gear,
@@ -97,6 +100,11 @@ struct GearLimit {
   // max_gears_per_type, or with the independent scheme the most that fit
   // max_graphs beside the other dimensions' gears.
   int hard_max_gears = 64;
+  // The gears the graph budget's split plans for this dimension (GearCaps'
+  // shares; max_gears where no budget is split). At its addition cap a
+  // dimension within this share may replace any gear its target lacks by a
+  // target gear; one above it only shrinks toward it.
+  int planned_share = 64;
 };
 
 void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
