@@ -42,7 +42,7 @@ gearbox::FleetHash SplitHash(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 7) {
+  switch (data[0] % 8) {
     case 0: {
       auto v = gearbox::DecodeFleetVersion(text);
       if (v.ok() && (*v == 0 || *v > static_cast<uint64_t>(INT64_MAX))) __builtin_trap();
@@ -120,6 +120,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (size_t i = 0; i < dimension.size(); ++i) {
           const gearbox::WeightedSize& w = dimension[i];
           if (w.size < 1 || !(w.weight >= 0) || (i > 0 && dimension[i - 1].size >= w.size)) {
+            __builtin_trap();
+          }
+        }
+      }
+      break;
+    }
+    case 7: {  // a drift bin of a two-dimension runtime: classes in range, ascending
+      auto bucket = gearbox::DecodeFleetDriftBucket(SplitHash(text), 2);
+      if (!bucket.ok()) {
+        if (bucket.status().message().empty()) __builtin_trap();
+        break;
+      }
+      if (!(bucket->replicas >= 1 && bucket->replicas <= 1e6) || bucket->counts.size() != 2) {
+        __builtin_trap();
+      }
+      for (const auto& dimension : bucket->counts) {
+        for (size_t i = 0; i < dimension.size(); ++i) {
+          const auto& [k, c] = dimension[i];
+          if (k < 0 || k >= gearbox::kSizeDriftClasses || c == 0 ||
+              (i > 0 && dimension[i - 1].first >= k)) {
             __builtin_trap();
           }
         }

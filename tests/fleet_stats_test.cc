@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <future>
 #include <memory>
 #include <random>
@@ -63,13 +64,15 @@ struct Replica {
     if (sync) o.merge_window_stats = sync->Hook();
     rt = *AdaptiveGearRuntime::Create(Seq(), o);
   }
-  // Requests from t0 to t1 at `rate`/s; every one is served (planned) whatever the store does.
-  void Traffic(double t0, double t1, double rate) {
+  // Requests from t0 to t1 at `rate`/s; every one is served (planned) whatever
+  // the store does. Sizes from the mixture, or `size(t, rng)`.
+  void Traffic(double t0, double t1, double rate,
+               const std::function<int64_t(double, std::mt19937_64&)>& size = nullptr) {
     const int64_t n = std::llround((t1 - t0) * rate);
     for (int64_t i = 0; i < n; ++i) {
       const double t = t0 + static_cast<double>(i) / rate;
       SnapshotRef snap = rt->GetSnapshot();
-      const int64_t raw[] = {Mixture(rng)};
+      const int64_t raw[] = {size ? size(t, rng) : Mixture(rng)};
       Plan plan;
       ASSERT_TRUE(MakePlan(*snap, raw, &plan).ok());
       rt->RecordPlan(plan, t);
@@ -363,6 +366,39 @@ TEST(FleetStatsRedisTest, AKilledStoreIsSurvivedAndResynchronised) {
   EXPECT_EQ(a.served, 180u * 20u);
 }
 
+// Prompts growing 50 % in 20 minutes, at 15 a minute per replica: fewer
+// than the 20 a drift bin needs for a median, so neither replica sees the
+// drift alone (DimensionStats::size_drift_*); the fleet's bins, merged, do.
+TEST_P(FleetStatsTest, TheFleetSeesADriftNoReplicaSeesAlone) {
+  const double slope = std::log(1.5) / 1200.0;
+  auto drifting = [slope](double t, std::mt19937_64& rng) {
+    std::lognormal_distribution<double> noise(0.0, 0.2);
+    return std::clamp<int64_t>(std::llround(400.0 * std::exp(slope * t) * noise(rng)), 1, 16384);
+  };
+  Replica a(&clock_, store_.get(), "a", true);
+  Replica b(&clock_, store_.get(), "b", true);
+  Replica alone(&clock_, store_.get(), "alone", false);
+  alone.rng.seed(11);
+  b.rng.seed(12);
+  UpdateRecord rb, ralone;
+  for (double t = 0; t < 1200; t += 60) {
+    a.Traffic(t, t + 60, 0.25, drifting);
+    b.Traffic(t, t + 60, 0.25, drifting);
+    alone.Traffic(t, t + 60, 0.25, drifting);
+    a.Update(t + 60);
+    rb = b.Update(t + 60);
+    ralone = alone.Update(t + 60);
+  }
+  ASSERT_EQ(ralone.drift.size(), 1u);
+  EXPECT_EQ(ralone.drift[0].bins, 0);  // 15 samples a bin: no median
+  ASSERT_EQ(rb.drift.size(), 1u);
+  EXPECT_GE(rb.drift[0].bins, 18);  // the fleet's 30 a bin (the newest may be b's own)
+  EXPECT_GE(rb.drift[0].agreement, 0.8);
+  EXPECT_NEAR(rb.drift[0].per_second, slope, 0.5 * slope);
+  EXPECT_GT(b.sync->counters().drift_bins_pushed, 15u);
+  EXPECT_GT(b.sync->counters().drift_merges, 0u);
+}
+
 TEST(FleetStatsSyncTest, OptionsAreValidatedNamingTheField) {
   InProcessFleetStore store;
   FleetStatsOptions fo;
@@ -413,6 +449,33 @@ TEST(FleetStatsBucketTest, DecodesAndRejectsWithTheFieldNamed) {
   };
   for (const auto& [hash, named] : bad) {
     auto r = DecodeFleetStatsBucket(hash, 2);
+    ASSERT_FALSE(r.ok()) << named;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find(named), absl::string_view::npos) << r.status();
+  }
+}
+
+TEST(FleetStatsBucketTest, DecodesADriftBinAndRejectsWithTheFieldNamed) {
+  auto ok = DecodeFleetDriftBucket({{"n", "2"}, {"0:80", "3"}, {"1:0", "2"}, {"0:8", "1"}}, 2);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->replicas, 2.0);
+  ASSERT_EQ(ok->counts[0].size(), 2u);
+  EXPECT_EQ(ok->counts[0][0], (std::pair<int32_t, uint64_t>{8, 1}));
+  EXPECT_EQ(ok->counts[0][1], (std::pair<int32_t, uint64_t>{80, 3}));
+  EXPECT_EQ(ok->counts[1][0], (std::pair<int32_t, uint64_t>{0, 2}));
+  const std::vector<std::pair<FleetHash, std::string>> bad = {
+      {{{"0:8", "1"}}, "no \"n\""},
+      {{{"n", "0"}, {"0:8", "1"}}, "\"n\""},
+      {{{"n", "1"}, {"2:8", "1"}}, "\"2:8\""},
+      {{{"n", "1"}, {"0:504", "1"}}, "\"0:504\""},
+      {{{"n", "1"}, {"0:08", "1"}}, "\"0:08\""},
+      {{{"n", "1"}, {"0:8", "1.5"}}, "an integer"},
+      {{{"n", "1"}, {"0:8", "-1"}}, "\"0:8\""},
+      {{{"n", "1"}, {"0:8", "1e300"}}, "\"0:8\""},
+      {{{"n", "1"}, {"x", "1"}}, "\"x\""},
+  };
+  for (const auto& [hash, named] : bad) {
+    auto r = DecodeFleetDriftBucket(hash, 2);
     ASSERT_FALSE(r.ok()) << named;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
     EXPECT_NE(r.status().message().find(named), absl::string_view::npos) << r.status();

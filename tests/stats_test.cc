@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -181,10 +182,10 @@ TEST(SizeDrift, ADriftIsMeasuredAndMostPairsAgree) {
   // At 1800 s the ring holds minutes 1..30; minute 30 has no sample yet.
   const SizeDrift::Estimate e = DriftOf(slope, false, 1).At(1800.0);
   EXPECT_EQ(e.bins, 29);
-  EXPECT_NEAR(e.slope, slope, 0.25 * slope);
+  EXPECT_NEAR(e.per_second, slope, 0.25 * slope);
   EXPECT_GE(e.agreement, ReplanOptions{}.drift_agreement);
   const SizeDrift::Estimate down = DriftOf(-slope, false, 2).At(1800.0);
-  EXPECT_NEAR(down.slope, -slope, 0.25 * slope);
+  EXPECT_NEAR(down.per_second, -slope, 0.25 * slope);
   EXPECT_GE(down.agreement, ReplanOptions{}.drift_agreement);
 }
 
@@ -222,6 +223,49 @@ TEST(SizeDrift, ThinBinsAndOldSamplesDoNotCount) {
   drift.Add(1.0, 0, 1);
   drift.Add(1.0, 100, -3);
   EXPECT_EQ(drift.At(40 * 60.0 - 1).bins, 29);
+}
+
+// What a fleet does with its replicas' bins (gearbox/fleet_stats.h): the
+// bins of two halves of the traffic, their counts added, estimate exactly
+// what the whole traffic's bins do; each half alone is too thin.
+TEST(SizeDrift, TheBinsOfTwoHalvesAddUpToTheWholesEstimate) {
+  SizeDrift whole(60.0, 30), even(60.0, 30), odd(60.0, 30);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> spread(0.0, 1.0);
+  const double slope = std::log(4.0) / 3600.0;
+  for (int i = 0; i < 30 * 30; ++i) {  // 30 a minute: 15 a minute each half
+    const double t = 2.0 * i;
+    const auto size =
+        static_cast<int64_t>(std::exp(std::log(1000.0) + slope * t + 0.3 * spread(rng)));
+    whole.Add(t, size, 1);
+    (i % 2 == 0 ? even : odd).Add(t, size, 1);
+  }
+  const double now = 1800.0;
+  EXPECT_EQ(even.At(now).bins, 0);
+  EXPECT_EQ(odd.At(now).bins, 0);
+  std::map<int64_t, std::map<int32_t, uint64_t>> added;
+  for (const SizeDrift* half : {&even, &odd}) {
+    for (const DriftBinCounts& b : half->Bins(now)) {
+      for (const auto& [k, c] : b.counts) added[b.bin][k] += c;
+    }
+  }
+  std::vector<DriftBinCounts> merged;
+  for (const auto& [bin, counts] : added) {
+    DriftBinCounts& b = merged.emplace_back();
+    b.bin = bin;
+    b.counts.assign(counts.begin(), counts.end());
+  }
+  const SizeDriftEstimate fleet = EstimateSizeDrift(merged, 60.0, now);
+  const SizeDriftEstimate one = whole.At(now);
+  EXPECT_EQ(fleet.bins, 29);
+  EXPECT_EQ(fleet.bins, one.bins);
+  EXPECT_DOUBLE_EQ(fleet.per_second, one.per_second);
+  EXPECT_DOUBLE_EQ(fleet.agreement, one.agreement);
+  EXPECT_GE(fleet.agreement, ReplanOptions{}.drift_agreement);
+  // Bins outside the last 30 up to `now`, and a bad width, count nothing.
+  EXPECT_EQ(EstimateSizeDrift(merged, 60.0, now + 3600).bins, 0);
+  EXPECT_EQ(EstimateSizeDrift(merged, 0.0, now).bins, 0);
+  EXPECT_EQ(EstimateSizeDrift(merged, 60.0, std::nan("")).bins, 0);
 }
 
 }  // namespace

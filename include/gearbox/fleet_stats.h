@@ -16,7 +16,12 @@
 //     sizes fall in counts one sample (`sample_count`: the fleet uses it, so
 //     the replan policy's lifetime protection holds for it as for one
 //     runtime serving the whole traffic); the recent slots the others have
-//     not pushed yet are filled (FleetStatsOptions::fill_recent_seconds).
+//     not pushed yet are filled (FleetStatsOptions::fill_recent_seconds);
+//  3. does the same with the size drift's bins (DimensionStats::drift_bins:
+//     integer counts by size class, one bucket per bin of the last six
+//     windows) and re-estimates the drift (size_drift_*) from the fleet's
+//     bins, so a drift is seen as one runtime serving the whole traffic
+//     sees it (a replica's share of a bin may be too thin for a median).
 // With the store unreachable (or a bucket rejected) the local statistics
 // are used: the runtime keeps planning alone and resynchronises when the
 // store returns (slots not pushed yet are pushed then, if still in the window).
@@ -95,6 +100,20 @@ struct FleetStatsBucket {
 GEARBOX_EXPORT absl::StatusOr<FleetStatsBucket> DecodeFleetStatsBucket(
     const FleetHash& hash, int num_dimensions, const FleetValueLimits& limits = {});
 
+// A drift bin as read back: how many replicas pushed it and, per
+// dimension, its samples by size class (ascending).
+struct FleetDriftBucket {
+  double replicas = 0.0;
+  std::vector<std::vector<std::pair<int32_t, uint64_t>>> counts;  // [dimension]
+};
+// Validates and decodes a drift bin's hash: field "n" (replicas, 1..1e6)
+// and fields "<dimension>:<size class>" (dimension 0..num_dimensions-1,
+// class 0..kSizeDriftClasses-1, decimal without sign or leading zeros) with
+// an integer count 0..2^52; anything else is an error naming the field.
+// Pure; fuzzed.
+GEARBOX_EXPORT absl::StatusOr<FleetDriftBucket> DecodeFleetDriftBucket(
+    const FleetHash& hash, int num_dimensions, const FleetValueLimits& limits = {});
+
 struct FleetStatsCounters {
   uint64_t merges = 0;             // updates whose statistics included the fleet's
   uint64_t local_only = 0;         // ... that used the local statistics (store failed)
@@ -105,6 +124,8 @@ struct FleetStatsCounters {
   uint64_t buckets_rejected = 0;   // buckets that failed validation (left out, logged)
   uint64_t slots_filled = 0;       // recent slots filled to the fleet's size (fill_recent_seconds)
   double fleet_replicas_seen = 0;  // replicas in the newest bucket read (0: none)
+  uint64_t drift_bins_pushed = 0;  // drift bin pushes the store applied (or had already)
+  uint64_t drift_merges = 0;       // updates whose drift was estimated from the fleet's bins
 };
 
 // Thread-safety: Merge may be called from any thread; calls serialize on
@@ -127,8 +148,9 @@ class GEARBOX_EXPORT FleetStatsSync {
   std::function<void(double, WindowStats*)> Hook();
 
   FleetStatsCounters counters() const;
-  // The bucket key of a slot (for tests and docs).
+  // The bucket key of a slot, and of a drift bin (for tests and docs).
   std::string BucketKey(int64_t slot) const;
+  std::string DriftBucketKey(int64_t bin) const;
 
  private:
   class Impl;

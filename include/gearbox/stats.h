@@ -124,9 +124,34 @@ struct SlotSizes {
 };
 
 // The size drift's bins (DimensionStats::size_drift_*): a fifth of a window
-// each, the last six windows.
+// each, the last six windows. A bin counts its samples by size class:
+// floor(log2(size) x kSizeDriftClassesPerOctave), in [0, kSizeDriftClasses).
 inline constexpr int kSizeDriftBinsPerWindow = 5;
 inline constexpr int kSizeDriftBins = 6 * kSizeDriftBinsPerWindow;
+inline constexpr int kSizeDriftClassesPerOctave = 8;
+inline constexpr int kSizeDriftClasses = 63 * kSizeDriftClassesPerOctave;
+// A bin needs this many samples to have a median.
+inline constexpr uint64_t kSizeDriftMinSamples = 20;
+
+// One drift bin, for sharing with a fleet (gearbox/fleet_stats.h): its
+// absolute index (it starts at bin x window_seconds / kSizeDriftBinsPerWindow)
+// and its samples by size class (ascending by class, no zero counts).
+struct DriftBinCounts {
+  int64_t bin = 0;
+  std::vector<std::pair<int32_t, uint64_t>> counts;
+};
+
+struct SizeDriftEstimate {
+  double per_second = 0.0;  // Theil-Sen slope of the bins' median log(size)
+  double agreement = 0.0;   // share of the pairwise slopes with its sign
+  int bins = 0;             // bins with at least kSizeDriftMinSamples samples
+};
+// The drift over the bins among `bins` within the last `max_bins` bins of
+// `bin_seconds` up to `now` that hold at least kSizeDriftMinSamples samples
+// (DimensionStats::size_drift_*). A bin index appears at most once. Pure.
+GEARBOX_EXPORT SizeDriftEstimate EstimateSizeDrift(const std::vector<DriftBinCounts>& bins,
+                                                   double bin_seconds, double now,
+                                                   int max_bins = kSizeDriftBins);
 
 struct DimensionStats {
   std::string name;
@@ -152,9 +177,12 @@ struct DimensionStats {
   double size_drift_per_second = 0.0;
   double size_drift_agreement = 0.0;
   int size_drift_bins = 0;
-  // The window's slots with samples, oldest first; filled only when the
-  // runtime has a merge hook (RuntimeOptions::merge_window_stats).
+  // The window's slots with samples, oldest first, and the drift's bins with
+  // samples, oldest first; filled only when the runtime has a merge hook
+  // (RuntimeOptions::merge_window_stats), which may re-estimate the drift
+  // from more bins (EstimateSizeDrift).
   std::vector<SlotSizes> slot_sizes;
+  std::vector<DriftBinCounts> drift_bins;
   // Gears of this dimension evicted recently, with when (the runtime keeps
   // an hour of them).
   std::vector<std::pair<int64_t, double>> recently_removed;

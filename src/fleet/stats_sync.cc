@@ -1,4 +1,5 @@
 // FleetStatsSync: pushes window slots as bucket increments, merges the fleet's window.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -84,6 +85,58 @@ absl::StatusOr<FleetStatsBucket> DecodeFleetStatsBucket(const FleetHash& hash, i
   return bucket;
 }
 
+absl::StatusOr<FleetDriftBucket> DecodeFleetDriftBucket(const FleetHash& hash, int num_dimensions,
+                                                        const FleetValueLimits& limits) {
+  if (auto s = CheckFleetHash(hash, limits); !s.ok()) return s;
+  if (num_dimensions < 1 || num_dimensions > 64) {
+    return internal::InvalidFieldValue("num_dimensions", num_dimensions, "1..64");
+  }
+  constexpr double kMaxCount = 4503599627370496.0;  // 2^52: exact in a double
+  FleetDriftBucket bucket;
+  std::vector<std::map<int32_t, uint64_t>> counts(static_cast<size_t>(num_dimensions));
+  bool have_replicas = false;
+  for (const auto& [field, value] : hash) {
+    absl::StatusOr<double> x = DecodeFleetFloat(value);
+    if (!x.ok()) return internal::WithContext(x.status(), Cat("drift field \"", field, "\""));
+    if (field == "n") {
+      if (!(*x >= 1.0 && *x <= kMaxReplicas)) {
+        return absl::DataLossError(
+            Cat("drift field \"n\": ", *x, " is not allowed; a replica count in [1, 1e6]"));
+      }
+      bucket.replicas = *x;
+      have_replicas = true;
+      continue;
+    }
+    const size_t colon = field.find(':');
+    int64_t d = 0;
+    int64_t k = 0;
+    if (colon == std::string::npos ||
+        !ParseCanonicalInt(std::string_view(field).substr(0, colon), 0, num_dimensions - 1, &d) ||
+        !ParseCanonicalInt(std::string_view(field).substr(colon + 1), 0, kSizeDriftClasses - 1,
+                           &k)) {
+      return absl::DataLossError(
+          Cat("drift field \"", field.substr(0, 64), "\" is not allowed; \"n\" or \"<dimension 0..",
+              num_dimensions - 1, ">:<size class 0..", kSizeDriftClasses - 1, ">\""));
+    }
+    if (!(*x >= 0.0 && *x <= kMaxCount && std::floor(*x) == *x)) {
+      return absl::DataLossError(
+          Cat("drift field \"", field, "\": count ", *x, " is not allowed; an integer 0..2^52"));
+    }
+    uint64_t& c = counts[static_cast<size_t>(d)][static_cast<int32_t>(k)];
+    c = std::min<uint64_t>(c + static_cast<uint64_t>(*x), uint64_t{1} << 52);
+  }
+  if (!have_replicas) {
+    return absl::DataLossError("drift bucket: no \"n\" field (the replicas that pushed it)");
+  }
+  bucket.counts.resize(counts.size());
+  for (size_t d = 0; d < counts.size(); ++d) {
+    for (const auto& [k, c] : counts[d]) {
+      if (c > 0) bucket.counts[d].emplace_back(k, c);
+    }
+  }
+  return bucket;
+}
+
 // Thread-safety: `mu` is held for a whole Merge (store calls included) and
 // guards the counters, the push watermark and the outage flag.
 class FleetStatsSync::Impl {
@@ -99,7 +152,12 @@ class FleetStatsSync::Impl {
         options(std::move(o)),
         log(std::move(l)),
         ttl_ms(static_cast<int64_t>(
-            std::ceil((window_seconds + slot_seconds + options.extra_ttl_seconds) * 1000.0))) {}
+            std::ceil((window_seconds + slot_seconds + options.extra_ttl_seconds) * 1000.0))),
+        drift_bin_seconds(a.window_seconds / kSizeDriftBinsPerWindow),
+        drift_prefix(
+            Cat(prefix, ":d", static_cast<int64_t>(std::llround(drift_bin_seconds * 1000)))),
+        drift_ttl_ms(static_cast<int64_t>(std::ceil(
+            ((kSizeDriftBins + 1) * drift_bin_seconds + options.extra_ttl_seconds) * 1000.0))) {}
 
   FleetStore* const store;
   const std::string prefix;  // "<fingerprint prefix>:stats:<dims>:w<slot ms>"
@@ -110,12 +168,18 @@ class FleetStatsSync::Impl {
   const FleetStatsOptions options;
   const LogSink log;
   const int64_t ttl_ms;
+  // The drift's bins: their width, key prefix and expiry (six windows).
+  const double drift_bin_seconds;
+  const std::string drift_prefix;  // "<prefix>:d<bin ms>"
+  const int64_t drift_ttl_ms;
 
   mutable Mutex mu;
   FleetStatsCounters counters ABSL_GUARDED_BY(mu);
   // Every local slot up to this one is pushed (or had no samples).
   int64_t pushed_through ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::min();
   bool store_failing ABSL_GUARDED_BY(mu) = false;  // logs once per outage
+  // Every local drift bin up to this one is pushed (or had no samples).
+  int64_t drift_pushed_through ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::min();
 
   void Log(LogLevel level, std::string_view message) const {
     if (log) {
@@ -125,6 +189,7 @@ class FleetStatsSync::Impl {
     }
   }
   std::string Key(int64_t slot) const { return Cat(prefix, ":", slot); }
+  std::string DriftKey(int64_t bin) const { return Cat(drift_prefix, ":", bin); }
   int64_t SlotOf(double t) const { return static_cast<int64_t>(std::floor(t / slot_seconds)); }
 
   // One slot of the merged window: the fleet's bucket (replicas > 0: that
@@ -328,6 +393,7 @@ class FleetStatsSync::Impl {
           for (WeightedSize& w : ds.sizes) w.weight *= options.expected_replicas;
         }
       }
+      MergeDrift(now, stats);
       return;
     }
     ++counters.merges;
@@ -338,6 +404,96 @@ class FleetStatsSync::Impl {
       const double fleet_observed = std::clamp(now - oldest, 0.0, window_seconds);
       ds.observed_seconds = std::max(ds.observed_seconds, fleet_observed);
       MarkFleetTraffic(&ds);
+    }
+    MergeDrift(now, stats);
+  }
+
+  // Step 3 (fleet_stats.h): push the completed drift bins, read the last
+  // kSizeDriftBins, and re-estimate each dimension's drift from the fleet's
+  // bins (this replica's own where the fleet has none yet). On a store
+  // failure the local estimate stays.
+  void MergeDrift(double now, WindowStats* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto bin_of = [&](double t) { return static_cast<int64_t>(std::floor(t / drift_bin_seconds)); };
+    // Local bins by index: per dimension its counts.
+    std::map<int64_t, std::vector<const DriftBinCounts*>> local;
+    for (size_t d = 0; d < dimensions.size(); ++d) {
+      for (const DriftBinCounts& b : stats->dimensions[d].drift_bins) {
+        std::vector<const DriftBinCounts*>& row = local[b.bin];
+        row.resize(dimensions.size(), nullptr);
+        row[d] = &b;
+      }
+    }
+    const int64_t last_complete = bin_of(now - options.push_lag_seconds) - 1;
+    bool push_ok = true;
+    for (auto it = local.upper_bound(drift_pushed_through);
+         it != local.end() && it->first <= last_complete; ++it) {
+      std::vector<FieldIncrement> increments;
+      increments.push_back({"n", 1.0});
+      for (size_t d = 0; d < it->second.size(); ++d) {
+        if (it->second[d] == nullptr) continue;
+        for (const auto& [k, c] : it->second[d]->counts) {
+          increments.push_back({Cat(d, ":", k), static_cast<double>(c)});
+        }
+      }
+      const std::string key = DriftKey(it->first);
+      absl::StatusOr<bool> r =
+          store->IncrementOnce(key, increments, Cat(key, ":r:", options.replica_id), drift_ttl_ms);
+      if (!r.ok()) {
+        ++counters.push_failures;
+        StoreFailed(r.status());
+        push_ok = false;
+        break;
+      }
+      ++counters.drift_bins_pushed;
+      drift_pushed_through = it->first;
+    }
+    if (push_ok) drift_pushed_through = std::max(drift_pushed_through, last_complete);
+
+    const int64_t newest = bin_of(now);
+    const int64_t first = newest - kSizeDriftBins + 1;
+    std::vector<std::string> keys;
+    for (int64_t b = first; b <= newest; ++b) keys.push_back(DriftKey(b));
+    absl::StatusOr<std::vector<std::optional<FleetHash>>> read = store->GetHashes(keys);
+    if (!read.ok() || read->size() != keys.size()) {
+      ++counters.read_failures;
+      StoreFailed(read.ok() ? absl::DataLossError("wrong number of replies") : read.status());
+      return;
+    }
+    std::vector<std::vector<DriftBinCounts>> merged(dimensions.size());
+    bool any_fleet = false;
+    for (int64_t b = first; b <= newest; ++b) {
+      const std::optional<FleetHash>& raw = (*read)[static_cast<size_t>(b - first)];
+      bool from_fleet = false;
+      if (raw.has_value() && b <= drift_pushed_through) {
+        absl::StatusOr<FleetDriftBucket> bucket =
+            DecodeFleetDriftBucket(*raw, static_cast<int>(dimensions.size()));
+        if (!bucket.ok()) {
+          ++counters.buckets_rejected;
+          Log(LogLevel::kError, Cat("fleet statistics: drift bin ", DriftKey(b),
+                                    " rejected (left out): ", internal::Message(bucket.status())));
+        } else {
+          for (size_t d = 0; d < dimensions.size(); ++d) {
+            merged[d].push_back({b, std::move(bucket->counts[d])});
+          }
+          from_fleet = any_fleet = true;
+        }
+      }
+      if (from_fleet) continue;
+      auto mine = local.find(b);
+      if (mine == local.end()) continue;
+      for (size_t d = 0; d < mine->second.size(); ++d) {
+        if (mine->second[d] != nullptr) merged[d].push_back(*mine->second[d]);
+      }
+    }
+    if (!any_fleet) return;
+    ++counters.drift_merges;
+    for (size_t d = 0; d < dimensions.size(); ++d) {
+      DimensionStats& ds = stats->dimensions[d];
+      const SizeDriftEstimate e = EstimateSizeDrift(merged[d], drift_bin_seconds, now);
+      ds.size_drift_per_second = e.per_second;
+      ds.size_drift_agreement = e.agreement;
+      ds.size_drift_bins = e.bins;
+      ds.drift_bins = std::move(merged[d]);
     }
   }
 
@@ -422,5 +578,6 @@ FleetStatsCounters FleetStatsSync::counters() const {
 }
 
 std::string FleetStatsSync::BucketKey(int64_t slot) const { return impl_->Key(slot); }
+std::string FleetStatsSync::DriftBucketKey(int64_t bin) const { return impl_->DriftKey(bin); }
 
 }  // namespace gearbox

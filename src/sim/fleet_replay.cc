@@ -714,6 +714,8 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["fleet_merges"] = x.fleet.merges;
     e["fleet_local_only"] = x.fleet.local_only;
     e["fleet_slots_pushed"] = x.fleet.slots_pushed;
+    e["fleet_drift_bins_pushed"] = x.fleet.drift_bins_pushed;
+    e["fleet_drift_merges"] = x.fleet.drift_merges;
     e["fleet_push_failures"] = x.fleet.push_failures;
     e["fleet_read_failures"] = x.fleet.read_failures;
     e["plan_publications"] = x.plan_publications;

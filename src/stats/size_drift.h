@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "gearbox/stats.h"
+
 namespace gearbox::internal {
 
 class SizeDrift {
@@ -22,13 +24,11 @@ class SizeDrift {
   // `count` samples of `size` (> 0) at time t; older than the bins: ignored.
   void Add(double t, int64_t size, int64_t count);
 
-  struct Estimate {
-    double slope = 0.0;      // of log(size), per second
-    double agreement = 0.0;  // share of the pairwise slopes with the slope's sign
-    int bins = 0;            // bins with enough samples to have a median
-  };
-  // Over the bins up to `now` holding at least `min_samples` samples each.
-  Estimate At(double now, uint64_t min_samples = 20) const;
+  using Estimate = SizeDriftEstimate;
+  // Over the bins up to `now` (EstimateSizeDrift).
+  Estimate At(double now) const;
+  // The bins up to `now` with samples, oldest first (DimensionStats::drift_bins).
+  std::vector<DriftBinCounts> Bins(double now) const;
 
   std::size_t MemoryBytes() const;
 
@@ -36,10 +36,8 @@ class SizeDrift {
   struct Bin {
     int64_t index = INT64_MIN;
     uint64_t samples = 0;
-    std::vector<uint32_t> counts;  // by floor(log2(size) * kPerOctave)
+    std::vector<uint32_t> counts;  // by size class (kSizeDriftClassesPerOctave)
   };
-  // The bin's median log(size), interpolated within its histogram bin.
-  static double MedianLog(const Bin& bin);
 
   double bin_seconds_;
   std::vector<Bin> ring_;

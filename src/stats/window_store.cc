@@ -149,7 +149,7 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with
     ds.name = current.dimension(d).name;
     for (const auto& [gear, when] : removed_[d]) ds.recently_removed.emplace_back(gear, when);
     const SizeDrift::Estimate drift = drifts_[static_cast<size_t>(d)].At(now);
-    ds.size_drift_per_second = drift.slope;
+    ds.size_drift_per_second = drift.per_second;
     ds.size_drift_agreement = drift.agreement;
     ds.size_drift_bins = drift.bins;
     if (with_sizes) {
@@ -164,6 +164,7 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with
           std::isfinite(oldest) ? std::clamp(now - oldest, 0.0, geometry_.window_seconds) : 0.0;
     }
     if (with_slots) {
+      ds.drift_bins = drifts_[static_cast<size_t>(d)].Bins(now);
       std::map<int64_t, std::map<int64_t, double>> by_slot;
       for (const auto& state : dimensions_[d].states) {
         state->window.AddSlotSizes(now, geometry_, &by_slot);
