@@ -161,6 +161,70 @@ TEST(CostModel, BreakdownAndTheCheapestCount) {
   EXPECT_FALSE(ValidateCostModel(m).ok());
 }
 
+// A runtime's replan target (docs/POLICY.md): gears it holds cost their
+// holding instead of a compile. Against every subset of the candidate
+// positions (the sizes and the held gears within their range).
+TEST(CostModel, HeldGearsCostTheirHoldingAndTheDpMatchesExhaustiveSearch) {
+  GearCostModel m;
+  m.compile_seconds = 3;
+  m.seconds_per_unit = 0.2;
+  m.runtime_exponent = 1.5;
+  m.gamma = 0.5;
+  m.memory_fixed_bytes = 1 << 28;
+  const double held_cost = 1.0;
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 30; ++trial) {
+    // Compiles cheaper and far dearer than holding: the DP stops adding
+    // counts once the total rises, which must never miss the cheapest.
+    m.compile_seconds = std::array<double, 3>{0.05, 3, 40}[trial % 3];
+    std::vector<int64_t> sizes;
+    for (int i = 0; i < 40; ++i) sizes.push_back(2 + static_cast<int64_t>(rng() % 14));
+    const SizeHistogram h = Sizes(sizes);
+    std::vector<int64_t> held;
+    for (int64_t g = 1; g <= 20; ++g) {
+      if (rng() % 4 == 0) held.push_back(g);
+    }
+    auto plan = PlanWithHeldGears(h, 16, m, held, held_cost);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::vector<int64_t> candidates = h.values;
+    for (int64_t g : held) {
+      if (g >= h.values.front() && g <= h.values.back()) candidates.push_back(g);
+    }
+    std::sort(candidates.begin(), candidates.end());
+    candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+    auto total = [&](const std::vector<int64_t>& g) {
+      const CostBreakdown c = *EvaluateCost(h, g, m);
+      double t = c.total;
+      for (int64_t x : g) {
+        if (std::binary_search(held.begin(), held.end(), x)) t += held_cost - m.compile_seconds;
+      }
+      return t;
+    };
+    double best = 1e300;
+    const size_t n = candidates.size();
+    for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
+      std::vector<int64_t> g;
+      for (size_t i = 0; i + 1 < n; ++i) {
+        if (mask & (1u << i)) g.push_back(candidates[i]);
+      }
+      g.push_back(candidates.back());
+      best = std::min(best, total(g));
+    }
+    EXPECT_NEAR(plan->cost.total, best, 1e-9) << "trial " << trial;
+    EXPECT_NEAR(plan->cost.total, total(plan->plan.gears), 1e-9) << "trial " << trial;
+  }
+  // A held gear saving less than a compile but more than its holding stays;
+  // without it held, the plan does without it.
+  const SizeHistogram two = Sizes({4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2});
+  GearCostModel cheap;
+  cheap.compile_seconds = 3;
+  cheap.seconds_per_unit = 0.2;  // gear 2 saves 5 x 2 x 0.2 = 2 s of padding
+  const int64_t held_two[] = {2};
+  EXPECT_THAT(PlanWithHeldGears(two, 4, cheap, held_two, 1.0)->plan.gears, ElementsAre(2, 4));
+  EXPECT_THAT(PlanWithHeldGears(two, 4, cheap, {}, 1.0)->plan.gears, ElementsAre(4));
+  EXPECT_THAT(PlanWithCostModel(two, 4, PlanMethod::kDp, cheap)->plan.gears, ElementsAre(4));
+}
+
 TEST(CostModel, DpMatchesExhaustiveSearchUnderTheModel) {
   GearCostModel m;
   m.compile_seconds = 3;

@@ -121,24 +121,32 @@ TEST(ReplanDecision, HoldsStillInsideTheHysteresisBand) {
   EXPECT_THAT(more.next_gears[0], ElementsAre(1000, 1024));
 }
 
-TEST(ReplanDecision, ARemovalMayLoseAtMostOneHeldGraph) {
+TEST(ReplanDecision, AHeldGearIsPlannedWhileItSavesMoreThanHoldingIt) {
   // Gear 300's few requests of 290 would pad to 1024 if it went:
   // 4.6 x 2e-5 x 734 x 22.2 = 1.5 s lost, more than holding one graph (1 s)
-  // but less than a compile, so it is neither planned nor removed.
+  // but less than a compile (2 s). Held already, it costs its holding, not a
+  // compile, so the target keeps it and nothing moves; planned from nothing
+  // (a compile) it would not be.
   const Window w = MakeWindow({{100, 200, 0}, {300, 0, 0}, {1024, 200, 0}},
                               {{100, 200.0}, {290, 4.6}, {1024, 200.0}});
   const UpdateDecision d = Decide(w);
-  EXPECT_THAT(d.record.targets[0], ElementsAre(100, 1024));
+  EXPECT_THAT(d.record.targets[0], ElementsAre(100, 300, 1024));
   EXPECT_FALSE(d.changed);
-  ASSERT_EQ(d.record.declined.size(), 1u);
-  EXPECT_EQ(d.record.declined[0].action, ChangeAction::kRemove);
-  EXPECT_EQ(d.record.declined[0].gear, 300);
-  EXPECT_THAT(d.record.declined[0].reason, HasSubstr("gain must reach -1 s"));
+  EXPECT_THAT(d.record.declined, IsEmpty());
+  const UpdateDecision fresh = Decide(
+      MakeWindow({{100, 200, 0}, {1024, 200, 0}}, {{100, 200.0}, {290, 4.6}, {1024, 200.0}}));
+  EXPECT_THAT(fresh.record.targets[0], ElementsAre(100, 1024));
+  // With 2 requests it saves 0.65 s, less than holding it: it goes.
+  const UpdateDecision less = Decide(MakeWindow({{100, 200, 0}, {300, 0, 0}, {1024, 200, 0}},
+                                                {{100, 200.0}, {290, 2.0}, {1024, 200.0}}));
+  EXPECT_THAT(less.record.targets[0], ElementsAre(100, 1024));
+  EXPECT_THAT(less.removed[0], ElementsAre(300));
 }
 
 TEST(ReplanDecision, MemoryPressureGivesBackTheGearThatCostsLeast) {
-  // The same window under memory pressure: 300 goes although its removal
-  // loses more than the band allows, and nothing is added.
+  // The same window under memory pressure: the target is planned as if
+  // nothing were held, and 300 goes although its removal loses more than
+  // the band allows; nothing is added.
   const Window w = MakeWindow({{100, 200, 0}, {300, 0, 0}, {1024, 200, 0}},
                               {{100, 200.0}, {290, 4.6}, {1024, 200.0}});
   const UpdateDecision d = Decide(w, High());

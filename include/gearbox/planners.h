@@ -118,6 +118,17 @@ GEARBOX_EXPORT absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& s
                                                           const GearCostModel& model,
                                                           uint64_t seed = 1);
 
+// As PlanWithCostModel with kDp, for a runtime that already holds `held`
+// (ascending) compiled: a held gear within the sizes' range is a candidate
+// that costs `held_cost` (weighted seconds: what keeping it costs) instead
+// of a compile (its memory still counts), so the plan keeps it unless
+// another position saves more than the difference. The breakdown's compile
+// seconds count only the gears it adds; its total includes held_cost.
+GEARBOX_EXPORT absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& sizes, int budget,
+                                                          const GearCostModel& model,
+                                                          std::span<const int64_t> held,
+                                                          double held_cost = 0.0);
+
 // ---- Two-dimensional gears (seeds/001 §17.5.3) ----
 
 // A two-dimensional request (e.g. decode batch x context length).

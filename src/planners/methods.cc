@@ -227,6 +227,67 @@ absl::StatusOr<CostBreakdown> EvaluateCost(const SizeHistogram& h, std::span<con
   return c;
 }
 
+absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
+                                           const GearCostModel& m, std::span<const int64_t> held,
+                                           double held_cost) {
+  if (auto s = CheckInput(h, budget, "--budget"); !s.ok()) return s;
+  if (auto s = ValidateCostModel(m); !s.ok()) return s;
+  // The sizes, and every held gear within their range as a candidate of
+  // its own (weight 0) that costs no compile.
+  SizeHistogram candidates;
+  std::vector<bool> is_held;
+  size_t i = 0;
+  auto held_at = [&](int64_t v) { return std::binary_search(held.begin(), held.end(), v); };
+  std::vector<int64_t> inside;
+  for (int64_t g : held) {
+    if (g >= h.values.front() && g <= h.values.back()) inside.push_back(g);
+  }
+  std::sort(inside.begin(), inside.end());
+  size_t j = 0;
+  while (i < h.values.size() || j < inside.size()) {
+    if (j < inside.size() && (i == h.values.size() || inside[j] < h.values[i])) {
+      candidates.values.push_back(inside[j++]);
+      candidates.counts.push_back(0.0);
+      continue;
+    }
+    if (j < inside.size() && inside[j] == h.values[i]) ++j;
+    candidates.values.push_back(h.values[i]);
+    candidates.counts.push_back(h.counts[i]);
+    ++i;
+  }
+  std::vector<double> unit, fixed;
+  for (int64_t v : candidates.values) {
+    is_held.push_back(held_at(v));
+    unit.push_back(m.beta * m.Run(v));
+    fixed.push_back((is_held.back() ? held_cost : m.alpha * m.compile_seconds) +
+                    m.gamma * m.GearBytes(v) / (1024.0 * 1024.0 * 1024.0));
+  }
+  std::vector<double> totals;
+  std::vector<std::vector<int64_t>> per_count;
+  internal::SolveBucketDp(candidates, budget, unit, fixed, &totals, &per_count);
+  size_t best_k = 0;
+  for (size_t k = 1; k < per_count.size(); ++k) {
+    if (best_k == 0 || totals[k] < totals[best_k]) best_k = k;
+  }
+  CostPlan best;
+  if (best_k == 0) return absl::InternalError("the DP planned no gears");
+  best.plan.gears = per_count[best_k];
+  auto cost = EvaluateCost(h, best.plan.gears, m);
+  if (!cost.ok()) return cost.status();
+  best.cost = *cost;
+  double held_compiles = 0;
+  for (int64_t g : best.plan.gears) held_compiles += held_at(g) ? 1 : 0;
+  best.cost.compile_seconds -= held_compiles * m.compile_seconds;
+  best.cost.total += held_compiles * (held_cost - m.alpha * m.compile_seconds);
+  best.plan.raw = h.total_size();
+  auto padded = PaddedTotal(h, best.plan.gears, false);
+  if (!padded.ok()) return padded.status();
+  best.plan.padded = *padded;
+  best.plan.search = Cat("dp, best of 1..", budget, " gears under the cost model, ", inside.size(),
+                         " held gears compile-free");
+  return best;
+}
+
 absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& h, int budget, PlanMethod method,
                                            const GearCostModel& m, uint64_t seed) {
   if (auto s = CheckInput(h, budget, "--budget"); !s.ok()) return s;

@@ -26,13 +26,14 @@ struct Move {
   std::string why_not;
 };
 
-// The target: the cost model's optimum on the window (exact DP), then on a
-// non-splittable dimension a tail from the planned top to the largest gear
-// with no gap wider than tail_ratio, reusing the current gears there.
+// The target: the cost model's optimum on the window (exact DP; a current
+// gear costs its holding instead of a compile), then on a non-splittable
+// dimension a tail from the planned top to the largest gear with no gap
+// wider than tail_ratio, reusing the current gears there.
 // The planned gears (DP, at most `budget`) and the tail above them.
 std::vector<int64_t> PlanTargetWithin(const Distribution& dist, const std::vector<int64_t>& current,
                                       bool keep_max, const DimensionCost& cost, double horizon,
-                                      int budget, const ReplanOptions& o) {
+                                      int budget, const ReplanOptions& o, bool held_discount) {
   const GearCostModel& m = cost.model;
   const int64_t max_gear = current.back();
   const int64_t plan_top = keep_max ? std::min(dist.max_size(), max_gear) : dist.max_size();
@@ -43,7 +44,11 @@ std::vector<int64_t> PlanTargetWithin(const Distribution& dist, const std::vecto
     scaled.beta = m.beta * horizon;  // padding counted over the payback horizon
     scaled.compile_seconds = m.compile_seconds * cost.combinations;
     scaled.gamma = m.gamma * cost.combinations;
-    auto plan = PlanWithCostModel(hist, budget, PlanMethod::kDp, scaled);
+    // A gear held already costs what holding it does, not a compile: the
+    // target keeps it unless another position saves more than that (not
+    // under memory pressure, where the gears the target lacks are given back).
+    auto plan = held_discount ? PlanWithHeldGears(hist, budget, scaled, current, cost.holding)
+                              : PlanWithCostModel(hist, budget, PlanMethod::kDp, scaled);
     if (plan.ok()) target = plan->plan.gears;
   }
   if (keep_max && (target.empty() || target.back() < max_gear)) {
@@ -69,11 +74,11 @@ std::vector<int64_t> PlanTargetWithin(const Distribution& dist, const std::vecto
 // cap alone loses its smallest rungs.
 std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int64_t>& current,
                                 bool keep_max, const DimensionCost& cost, double horizon,
-                                int max_gears, const ReplanOptions& o) {
+                                int max_gears, const ReplanOptions& o, bool held_discount = true) {
   int budget = max_gears;
   std::vector<int64_t> target;
   for (;;) {
-    target = PlanTargetWithin(dist, current, keep_max, cost, horizon, budget, o);
+    target = PlanTargetWithin(dist, current, keep_max, cost, horizon, budget, o, held_discount);
     const int excess = static_cast<int>(target.size()) - max_gears;
     if (excess <= 0 || budget == 1) break;
     budget = std::max(1, budget - excess);
@@ -577,11 +582,6 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
   // times `horizon` is padding over the payback horizon.
   const double horizon = HorizonFactor(ds->observed_seconds, adaptive, o);
   const bool keep_max = !spec.splittable;
-  std::vector<int64_t> target =
-      PlanTarget(*dist, current, keep_max, cost, horizon, limit.max_gears, o);
-  out->record.targets[d] = target;
-  out->record.drift[d] = {ds->size_drift_per_second, ds->size_drift_agreement, ds->size_drift_bins,
-                          Drifting(*ds, o)};
   // The byte budget: the gears' memory after the dimensions replanned before this one.
   std::vector<std::vector<int64_t>> grid;
   for (int e = 0; e < gears.num_dimensions(); ++e)
@@ -592,6 +592,12 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
     for (int64_t g : out->removed[e]) projected -= bytes.Freed(e, g);
     for (int64_t g : out->added[e]) projected += bytes.Added(e, g).value_or(0);
   }
+  const bool pressure = memory.high || (bytes.budgeted() && projected > bytes.budget());
+  std::vector<int64_t> target =
+      PlanTarget(*dist, current, keep_max, cost, horizon, limit.max_gears, o, !pressure);
+  out->record.targets[d] = target;
+  out->record.drift[d] = {ds->size_drift_per_second, ds->size_drift_agreement, ds->size_drift_bins,
+                          Drifting(*ds, o)};
   DimensionReplanner(spec, *ds, *dist, cost, horizon, std::move(current), std::move(target), memory,
                      bytes, projected, adaptive, o, limit, now, d, out)
       .Run();
