@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
+#include <limits>
 #include <random>
 
 #include "gearbox/planners.h"
@@ -223,6 +225,14 @@ TEST(CostModel, HeldGearsCostTheirHoldingAndTheDpMatchesExhaustiveSearch) {
   EXPECT_THAT(PlanWithHeldGears(two, 4, cheap, held_two, 1.0)->plan.gears, ElementsAre(2, 4));
   EXPECT_THAT(PlanWithHeldGears(two, 4, cheap, {}, 1.0)->plan.gears, ElementsAre(4));
   EXPECT_THAT(PlanWithCostModel(two, 4, PlanMethod::kDp, cheap)->plan.gears, ElementsAre(4));
+  // Held gears in any order, repeated, or outside the sizes' range; a bad holding cost is named.
+  const int64_t unordered[] = {9, 2, 2, 1};
+  EXPECT_THAT(PlanWithHeldGears(two, 4, cheap, unordered, 1.0)->plan.gears, ElementsAre(2, 4));
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    auto r = PlanWithHeldGears(two, 4, cheap, held_two, bad);
+    ASSERT_FALSE(r.ok());
+    EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("held_cost"));
+  }
 }
 
 TEST(CostModel, DpMatchesExhaustiveSearchUnderTheModel) {

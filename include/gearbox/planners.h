@@ -119,11 +119,12 @@ GEARBOX_EXPORT absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& s
                                                           uint64_t seed = 1);
 
 // As PlanWithCostModel with kDp, for a runtime that already holds `held`
-// (ascending) compiled: a held gear within the sizes' range is a candidate
+// (any order) compiled: a held gear within the sizes' range is a candidate
 // that costs `held_cost` (weighted seconds: what keeping it costs) instead
 // of a compile (its memory still counts), so the plan keeps it unless
 // another position saves more than the difference. The breakdown's compile
 // seconds count only the gears it adds; its total includes held_cost.
+// held_cost must be finite and >= 0 (an error names it).
 GEARBOX_EXPORT absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& sizes, int budget,
                                                           const GearCostModel& model,
                                                           std::span<const int64_t> held,

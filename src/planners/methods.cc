@@ -232,17 +232,24 @@ absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
                                            double held_cost) {
   if (auto s = CheckInput(h, budget, "--budget"); !s.ok()) return s;
   if (auto s = ValidateCostModel(m); !s.ok()) return s;
+  if (!(std::isfinite(held_cost) && held_cost >= 0)) {
+    return internal::InvalidFieldValue("held_cost", held_cost, "a finite number >= 0");
+  }
   // The sizes, and every held gear within their range as a candidate of
-  // its own (weight 0) that costs no compile.
+  // its own (weight 0) that costs held_cost instead of a compile.
+  std::vector<int64_t> sorted_held(held.begin(), held.end());
+  std::sort(sorted_held.begin(), sorted_held.end());
+  auto held_at = [&](int64_t v) {
+    return std::binary_search(sorted_held.begin(), sorted_held.end(), v);
+  };
+  std::vector<int64_t> inside;
+  for (int64_t g : sorted_held) {
+    if (g >= h.values.front() && g <= h.values.back() && (inside.empty() || inside.back() != g))
+      inside.push_back(g);
+  }
   SizeHistogram candidates;
   std::vector<bool> is_held;
   size_t i = 0;
-  auto held_at = [&](int64_t v) { return std::binary_search(held.begin(), held.end(), v); };
-  std::vector<int64_t> inside;
-  for (int64_t g : held) {
-    if (g >= h.values.front() && g <= h.values.back()) inside.push_back(g);
-  }
-  std::sort(inside.begin(), inside.end());
   size_t j = 0;
   while (i < h.values.size() || j < inside.size()) {
     if (j < inside.size() && (i == h.values.size() || inside[j] < h.values[i])) {
@@ -284,7 +291,7 @@ absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
   if (!padded.ok()) return padded.status();
   best.plan.padded = *padded;
   best.plan.search = Cat("dp, best of 1..", budget, " gears under the cost model, ", inside.size(),
-                         " held gears compile-free");
+                         " held gears at their holding cost");
   return best;
 }
 
