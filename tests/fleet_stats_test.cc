@@ -428,6 +428,17 @@ TEST(FleetStatsSyncTest, OptionsAreValidatedNamingTheField) {
   EXPECT_FALSE(FleetStatsSync::Create(nullptr, kModel, {"SEQLEN"}, AdaptiveOptions{}, fo).ok());
 }
 
+// Each hash is rejected as data loss, the message naming what is wrong.
+void ExpectEachRejectedNaming(const std::vector<std::pair<FleetHash, std::string>>& bad,
+                              const std::function<absl::Status(const FleetHash&)>& decode) {
+  for (const auto& [hash, named] : bad) {
+    const absl::Status s = decode(hash);
+    ASSERT_FALSE(s.ok()) << named;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find(named), absl::string_view::npos) << s;
+  }
+}
+
 TEST(FleetStatsBucketTest, DecodesAndRejectsWithTheFieldNamed) {
   auto ok = DecodeFleetStatsBucket({{"n", "2"}, {"0:8", "1.5"}, {"1:300", "2"}, {"0:4", "1"}}, 2);
   ASSERT_TRUE(ok.ok()) << ok.status();
@@ -447,12 +458,8 @@ TEST(FleetStatsBucketTest, DecodesAndRejectsWithTheFieldNamed) {
       {{{"n", "1"}, {"0:1099511627777", "1"}}, "1099511627777"},
       {{{"n", "1"}, {"x", "1"}}, "\"x\""},
   };
-  for (const auto& [hash, named] : bad) {
-    auto r = DecodeFleetStatsBucket(hash, 2);
-    ASSERT_FALSE(r.ok()) << named;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
-    EXPECT_NE(r.status().message().find(named), absl::string_view::npos) << r.status();
-  }
+  ExpectEachRejectedNaming(
+      bad, [](const FleetHash& h) { return DecodeFleetStatsBucket(h, 2).status(); });
 }
 
 TEST(FleetStatsBucketTest, DecodesADriftBinAndRejectsWithTheFieldNamed) {
@@ -474,12 +481,8 @@ TEST(FleetStatsBucketTest, DecodesADriftBinAndRejectsWithTheFieldNamed) {
       {{{"n", "1"}, {"0:8", "1e300"}}, "\"0:8\""},
       {{{"n", "1"}, {"x", "1"}}, "\"x\""},
   };
-  for (const auto& [hash, named] : bad) {
-    auto r = DecodeFleetDriftBucket(hash, 2);
-    ASSERT_FALSE(r.ok()) << named;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
-    EXPECT_NE(r.status().message().find(named), absl::string_view::npos) << r.status();
-  }
+  ExpectEachRejectedNaming(
+      bad, [](const FleetHash& h) { return DecodeFleetDriftBucket(h, 2).status(); });
 }
 
 }  // namespace

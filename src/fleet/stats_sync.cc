@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "gearbox/fleet_stats.h"
 #include "src/common/errors.h"
@@ -38,100 +40,127 @@ bool ValidReplicaId(std::string_view id) {
 
 }  // namespace
 
-absl::StatusOr<FleetStatsBucket> DecodeFleetStatsBucket(const FleetHash& hash, int num_dimensions,
-                                                        const FleetValueLimits& limits) {
+namespace {
+
+// What a bucket's fields are: "<kind> field" in errors, the key after the
+// dimension ("<key_name> lo..hi") and the value each such field may hold.
+struct BucketSchema {
+  const char* kind;      // "stats" or "drift"
+  const char* key_name;  // "size", "size class"
+  int64_t key_lo;
+  int64_t key_hi;
+  const char* key_range;    // as the error says it: "1..2^40"
+  const char* value_name;   // "weight", "count"
+  const char* value_range;  // "0..1e15", "an integer 0..2^52"
+  bool (*value_ok)(double);
+};
+
+// A bucket hash (FleetStatsSync's buckets and drift bins alike): field "n"
+// (the replicas that pushed it, 1..1e6) and fields "<dimension>:<key>" with
+// a value the schema allows; per dimension the values by key, summed.
+// Anything else is an error naming the field.
+struct BucketFields {
+  double replicas = 0.0;
+  std::vector<std::map<int64_t, double>> values;  // [dimension]
+};
+absl::StatusOr<BucketFields> DecodeBucketFields(const FleetHash& hash, int num_dimensions,
+                                                const FleetValueLimits& limits,
+                                                const BucketSchema& schema) {
   if (auto s = CheckFleetHash(hash, limits); !s.ok()) return s;
   if (num_dimensions < 1 || num_dimensions > 64) {
     return internal::InvalidFieldValue("num_dimensions", num_dimensions, "1..64");
   }
-  FleetStatsBucket bucket;
-  bucket.sizes.resize(static_cast<size_t>(num_dimensions));
-  std::vector<std::map<int64_t, double>> sizes(static_cast<size_t>(num_dimensions));
+  BucketFields out;
+  out.values.resize(static_cast<size_t>(num_dimensions));
   bool have_replicas = false;
   for (const auto& [field, value] : hash) {
     absl::StatusOr<double> x = DecodeFleetFloat(value);
-    if (!x.ok()) return internal::WithContext(x.status(), Cat("stats field \"", field, "\""));
+    if (!x.ok()) {
+      return internal::WithContext(x.status(), Cat(schema.kind, " field \"", field, "\""));
+    }
     if (field == "n") {
       if (!(*x >= 1.0 && *x <= kMaxReplicas)) {
         return absl::DataLossError(
-            Cat("stats field \"n\": ", *x, " is not allowed; a replica count in [1, 1e6]"));
+            Cat(schema.kind, " field \"n\": ", *x, " is not allowed; a replica count in [1, 1e6]"));
       }
-      bucket.replicas = *x;
+      out.replicas = *x;
       have_replicas = true;
       continue;
     }
     const size_t colon = field.find(':');
     int64_t d = 0;
-    int64_t size = 0;
+    int64_t key = 0;
     if (colon == std::string::npos ||
         !ParseCanonicalInt(std::string_view(field).substr(0, colon), 0, num_dimensions - 1, &d) ||
-        !ParseCanonicalInt(std::string_view(field).substr(colon + 1), 1, kMaxSize, &size)) {
-      return absl::DataLossError(Cat("stats field \"", field.substr(0, 64),
+        !ParseCanonicalInt(std::string_view(field).substr(colon + 1), schema.key_lo, schema.key_hi,
+                           &key)) {
+      return absl::DataLossError(Cat(schema.kind, " field \"", field.substr(0, 64),
                                      "\" is not allowed; \"n\" or \"<dimension 0..",
-                                     num_dimensions - 1, ">:<size 1..2^40>\""));
+                                     num_dimensions - 1, ">:<", schema.key_name, " ",
+                                     schema.key_range, ">\""));
     }
-    if (!(*x >= 0.0 && *x <= kMaxWeight)) {
-      return absl::DataLossError(
-          Cat("stats field \"", field, "\": weight ", *x, " is not allowed; 0..1e15"));
+    if (!schema.value_ok(*x)) {
+      return absl::DataLossError(Cat(schema.kind, " field \"", field, "\": ", schema.value_name,
+                                     " ", *x, " is not allowed; ", schema.value_range));
     }
-    sizes[static_cast<size_t>(d)][size] += *x;
+    out.values[static_cast<size_t>(d)][key] += *x;
   }
   if (!have_replicas) {
-    return absl::DataLossError("stats bucket: no \"n\" field (the replicas that pushed it)");
+    return absl::DataLossError(
+        Cat(schema.kind, " bucket: no \"n\" field (the replicas that pushed it)"));
   }
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    for (const auto& [size, weight] : sizes[d]) bucket.sizes[d].push_back({size, weight});
+  return out;
+}
+
+constexpr double kMaxCount = 4503599627370496.0;  // 2^52: exact in a double
+static_assert(kSizeDriftClasses == 504, "DecodeFleetDriftBucket's errors say 0..503");
+
+}  // namespace
+
+absl::StatusOr<FleetStatsBucket> DecodeFleetStatsBucket(const FleetHash& hash, int num_dimensions,
+                                                        const FleetValueLimits& limits) {
+  static constexpr BucketSchema kStats{
+      .kind = "stats",
+      .key_name = "size",
+      .key_lo = 1,
+      .key_hi = kMaxSize,
+      .key_range = "1..2^40",
+      .value_name = "weight",
+      .value_range = "0..1e15",
+      .value_ok = [](double x) { return x >= 0.0 && x <= kMaxWeight; }};
+  absl::StatusOr<BucketFields> fields = DecodeBucketFields(hash, num_dimensions, limits, kStats);
+  if (!fields.ok()) return fields.status();
+  FleetStatsBucket bucket;
+  bucket.replicas = fields->replicas;
+  bucket.sizes.resize(fields->values.size());
+  for (size_t d = 0; d < fields->values.size(); ++d) {
+    for (const auto& [size, weight] : fields->values[d]) bucket.sizes[d].push_back({size, weight});
   }
   return bucket;
 }
 
 absl::StatusOr<FleetDriftBucket> DecodeFleetDriftBucket(const FleetHash& hash, int num_dimensions,
                                                         const FleetValueLimits& limits) {
-  if (auto s = CheckFleetHash(hash, limits); !s.ok()) return s;
-  if (num_dimensions < 1 || num_dimensions > 64) {
-    return internal::InvalidFieldValue("num_dimensions", num_dimensions, "1..64");
-  }
-  constexpr double kMaxCount = 4503599627370496.0;  // 2^52: exact in a double
+  static constexpr BucketSchema kDrift{
+      .kind = "drift",
+      .key_name = "size class",
+      .key_lo = 0,
+      .key_hi = kSizeDriftClasses - 1,
+      .key_range = "0..503",
+      .value_name = "count",
+      .value_range = "an integer 0..2^52",
+      .value_ok = [](double x) { return x >= 0.0 && x <= kMaxCount && std::floor(x) == x; }};
+  absl::StatusOr<BucketFields> fields = DecodeBucketFields(hash, num_dimensions, limits, kDrift);
+  if (!fields.ok()) return fields.status();
   FleetDriftBucket bucket;
-  std::vector<std::map<int32_t, uint64_t>> counts(static_cast<size_t>(num_dimensions));
-  bool have_replicas = false;
-  for (const auto& [field, value] : hash) {
-    absl::StatusOr<double> x = DecodeFleetFloat(value);
-    if (!x.ok()) return internal::WithContext(x.status(), Cat("drift field \"", field, "\""));
-    if (field == "n") {
-      if (!(*x >= 1.0 && *x <= kMaxReplicas)) {
-        return absl::DataLossError(
-            Cat("drift field \"n\": ", *x, " is not allowed; a replica count in [1, 1e6]"));
+  bucket.replicas = fields->replicas;
+  bucket.counts.resize(fields->values.size());
+  for (size_t d = 0; d < fields->values.size(); ++d) {
+    for (const auto& [k, c] : fields->values[d]) {
+      if (c > 0) {
+        bucket.counts[d].emplace_back(static_cast<int32_t>(k),
+                                      static_cast<uint64_t>(std::min(c, kMaxCount)));
       }
-      bucket.replicas = *x;
-      have_replicas = true;
-      continue;
-    }
-    const size_t colon = field.find(':');
-    int64_t d = 0;
-    int64_t k = 0;
-    if (colon == std::string::npos ||
-        !ParseCanonicalInt(std::string_view(field).substr(0, colon), 0, num_dimensions - 1, &d) ||
-        !ParseCanonicalInt(std::string_view(field).substr(colon + 1), 0, kSizeDriftClasses - 1,
-                           &k)) {
-      return absl::DataLossError(
-          Cat("drift field \"", field.substr(0, 64), "\" is not allowed; \"n\" or \"<dimension 0..",
-              num_dimensions - 1, ">:<size class 0..", kSizeDriftClasses - 1, ">\""));
-    }
-    if (!(*x >= 0.0 && *x <= kMaxCount && std::floor(*x) == *x)) {
-      return absl::DataLossError(
-          Cat("drift field \"", field, "\": count ", *x, " is not allowed; an integer 0..2^52"));
-    }
-    uint64_t& c = counts[static_cast<size_t>(d)][static_cast<int32_t>(k)];
-    c = std::min<uint64_t>(c + static_cast<uint64_t>(*x), uint64_t{1} << 52);
-  }
-  if (!have_replicas) {
-    return absl::DataLossError("drift bucket: no \"n\" field (the replicas that pushed it)");
-  }
-  bucket.counts.resize(counts.size());
-  for (size_t d = 0; d < counts.size(); ++d) {
-    for (const auto& [k, c] : counts[d]) {
-      if (c > 0) bucket.counts[d].emplace_back(k, c);
     }
   }
   return bucket;
@@ -271,6 +300,68 @@ class FleetStatsSync::Impl {
     store_failing = true;
   }
 
+  // Per index (a slot, a drift bin), each dimension's entry (null where it
+  // has none), from the per-dimension lists `member` of `stats`.
+  template <typename Entry>
+  std::map<int64_t, std::vector<const Entry*>> RowsByIndex(
+      const WindowStats& stats, const std::vector<Entry> DimensionStats::*member,
+      int64_t Entry::*index) const {
+    std::map<int64_t, std::vector<const Entry*>> rows;
+    for (size_t d = 0; d < dimensions.size(); ++d) {
+      for (const Entry& e : stats.dimensions[d].*member) {
+        std::vector<const Entry*>& row = rows[e.*index];
+        row.resize(dimensions.size(), nullptr);
+        row[d] = &e;
+      }
+    }
+    return rows;
+  }
+
+  // Pushes every row after *through up to last_complete, oldest first, once
+  // per replica (IncrementOnce with this replica's marker): "n" + 1 and
+  // `fields(dimension, entry, &increments)`. Advances *through (to
+  // last_complete when all went); on a store failure counts and logs it and
+  // returns false, the rest left for the next update.
+  template <typename Entry, typename Fields>
+  bool PushRows(const std::map<int64_t, std::vector<const Entry*>>& rows, int64_t last_complete,
+                int64_t* through, const std::function<std::string(int64_t)>& key_of, int64_t ttl,
+                Fields&& fields, uint64_t* applied, uint64_t* duplicate)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (auto it = rows.upper_bound(*through); it != rows.end() && it->first <= last_complete;
+         ++it) {
+      std::vector<FieldIncrement> increments;
+      increments.push_back({"n", 1.0});
+      for (size_t d = 0; d < it->second.size(); ++d) {
+        if (it->second[d] != nullptr) fields(d, *it->second[d], &increments);
+      }
+      const std::string key = key_of(it->first);
+      absl::StatusOr<bool> r =
+          store->IncrementOnce(key, increments, Cat(key, ":r:", options.replica_id), ttl);
+      if (!r.ok()) {
+        ++counters.push_failures;
+        StoreFailed(r.status());
+        return false;
+      }
+      ++*(*r ? applied : duplicate);
+      *through = it->first;
+    }
+    *through = std::max(*through, last_complete);
+    return true;
+  }
+
+  // The buckets at `keys` in one pipelined read; nullopt (counted, logged)
+  // when the store failed.
+  std::optional<std::vector<std::optional<FleetHash>>> ReadBuckets(
+      const std::vector<std::string>& keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    absl::StatusOr<std::vector<std::optional<FleetHash>>> read = store->GetHashes(keys);
+    if (!read.ok() || read->size() != keys.size()) {
+      ++counters.read_failures;
+      StoreFailed(read.ok() ? absl::DataLossError("wrong number of replies") : read.status());
+      return std::nullopt;
+    }
+    return *std::move(read);
+  }
+
   void Merge(double now, WindowStats* stats) {
     MutexLock lock(&mu);
     if (stats->dimensions.size() != dimensions.size()) return;
@@ -278,51 +369,25 @@ class FleetStatsSync::Impl {
       if (stats->dimensions[d].name != dimensions[d]) return;  // not this runtime's statistics
     }
     // Local slots by index: per dimension its sizes.
-    std::map<int64_t, std::vector<const SlotSizes*>> local;
-    for (size_t d = 0; d < dimensions.size(); ++d) {
-      for (const SlotSizes& s : stats->dimensions[d].slot_sizes) {
-        std::vector<const SlotSizes*>& row = local[s.slot];
-        row.resize(dimensions.size(), nullptr);
-        row[d] = &s;
-      }
-    }
+    const std::map<int64_t, std::vector<const SlotSizes*>> local =
+        RowsByIndex(*stats, &DimensionStats::slot_sizes, &SlotSizes::slot);
     // 1. Push the completed slots not pushed yet, oldest first.
-    const int64_t last_complete = SlotOf(now - options.push_lag_seconds) - 1;
-    bool push_ok = true;
-    for (auto it = local.upper_bound(pushed_through);
-         it != local.end() && it->first <= last_complete; ++it) {
-      std::vector<FieldIncrement> increments;
-      increments.push_back({"n", 1.0});
-      for (size_t d = 0; d < it->second.size(); ++d) {
-        if (it->second[d] == nullptr) continue;
-        for (const WeightedSize& w : it->second[d]->sizes) {
-          increments.push_back({Cat(d, ":", w.size), w.weight});
-        }
-      }
-      const std::string key = Key(it->first);
-      absl::StatusOr<bool> r =
-          store->IncrementOnce(key, increments, Cat(key, ":r:", options.replica_id), ttl_ms);
-      if (!r.ok()) {
-        ++counters.push_failures;
-        StoreFailed(r.status());
-        push_ok = false;
-        break;
-      }
-      ++(*r ? counters.slots_pushed : counters.slots_duplicate);
-      pushed_through = it->first;
-    }
-    if (push_ok) pushed_through = std::max(pushed_through, last_complete);
+    PushRows(
+        local, SlotOf(now - options.push_lag_seconds) - 1, &pushed_through,
+        [this](int64_t slot) { return Key(slot); }, ttl_ms,
+        [](size_t d, const SlotSizes& slot, std::vector<FieldIncrement>* out) {
+          for (const WeightedSize& w : slot.sizes) out->push_back({Cat(d, ":", w.size), w.weight});
+        },
+        &counters.slots_pushed, &counters.slots_duplicate);
 
     // 2. Read the window's buckets.
     const int64_t first = SlotOf(now - window_seconds);
     const int64_t last = SlotOf(now);
     std::vector<std::string> keys;
     for (int64_t k = first; k <= last; ++k) keys.push_back(Key(k));
-    absl::StatusOr<std::vector<std::optional<FleetHash>>> read = store->GetHashes(keys);
-    if (!read.ok() || read->size() != keys.size()) {
-      ++counters.read_failures;
+    const std::optional<std::vector<std::optional<FleetHash>>> read = ReadBuckets(keys);
+    if (!read.has_value()) {
       ++counters.local_only;
-      StoreFailed(read.ok() ? absl::DataLossError("wrong number of replies") : read.status());
       return;
     }
     if (store_failing) {
@@ -415,50 +480,24 @@ class FleetStatsSync::Impl {
   void MergeDrift(double now, WindowStats* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto bin_of = [&](double t) { return static_cast<int64_t>(std::floor(t / drift_bin_seconds)); };
     // Local bins by index: per dimension its counts.
-    std::map<int64_t, std::vector<const DriftBinCounts*>> local;
-    for (size_t d = 0; d < dimensions.size(); ++d) {
-      for (const DriftBinCounts& b : stats->dimensions[d].drift_bins) {
-        std::vector<const DriftBinCounts*>& row = local[b.bin];
-        row.resize(dimensions.size(), nullptr);
-        row[d] = &b;
-      }
-    }
-    const int64_t last_complete = bin_of(now - options.push_lag_seconds) - 1;
-    bool push_ok = true;
-    for (auto it = local.upper_bound(drift_pushed_through);
-         it != local.end() && it->first <= last_complete; ++it) {
-      std::vector<FieldIncrement> increments;
-      increments.push_back({"n", 1.0});
-      for (size_t d = 0; d < it->second.size(); ++d) {
-        if (it->second[d] == nullptr) continue;
-        for (const auto& [k, c] : it->second[d]->counts) {
-          increments.push_back({Cat(d, ":", k), static_cast<double>(c)});
-        }
-      }
-      const std::string key = DriftKey(it->first);
-      absl::StatusOr<bool> r =
-          store->IncrementOnce(key, increments, Cat(key, ":r:", options.replica_id), drift_ttl_ms);
-      if (!r.ok()) {
-        ++counters.push_failures;
-        StoreFailed(r.status());
-        push_ok = false;
-        break;
-      }
-      ++counters.drift_bins_pushed;
-      drift_pushed_through = it->first;
-    }
-    if (push_ok) drift_pushed_through = std::max(drift_pushed_through, last_complete);
+    const std::map<int64_t, std::vector<const DriftBinCounts*>> local =
+        RowsByIndex(*stats, &DimensionStats::drift_bins, &DriftBinCounts::bin);
+    PushRows(
+        local, bin_of(now - options.push_lag_seconds) - 1, &drift_pushed_through,
+        [this](int64_t bin) { return DriftKey(bin); }, drift_ttl_ms,
+        [](size_t d, const DriftBinCounts& bin, std::vector<FieldIncrement>* out) {
+          for (const auto& [k, c] : bin.counts) {
+            out->push_back({Cat(d, ":", k), static_cast<double>(c)});
+          }
+        },
+        &counters.drift_bins_pushed, &counters.drift_bins_pushed);
 
     const int64_t newest = bin_of(now);
     const int64_t first = newest - kSizeDriftBins + 1;
     std::vector<std::string> keys;
     for (int64_t b = first; b <= newest; ++b) keys.push_back(DriftKey(b));
-    absl::StatusOr<std::vector<std::optional<FleetHash>>> read = store->GetHashes(keys);
-    if (!read.ok() || read->size() != keys.size()) {
-      ++counters.read_failures;
-      StoreFailed(read.ok() ? absl::DataLossError("wrong number of replies") : read.status());
-      return;
-    }
+    const std::optional<std::vector<std::optional<FleetHash>>> read = ReadBuckets(keys);
+    if (!read.has_value()) return;
     std::vector<std::vector<DriftBinCounts>> merged(dimensions.size());
     bool any_fleet = false;
     for (int64_t b = first; b <= newest; ++b) {

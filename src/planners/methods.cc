@@ -227,6 +227,46 @@ absl::StatusOr<CostBreakdown> EvaluateCost(const SizeHistogram& h, std::span<con
   return c;
 }
 
+namespace {
+
+// The exact DP under the cost model over `candidates` (the sizes, possibly
+// with weight-0 positions): each candidate costs a compile, or `held_cost`
+// where `is_held` says so, plus its memory. totals[k] is the modelled cost
+// with exactly k gears plus the same constant for every k (the sizes' own
+// run time), so its smallest entry (the fewest gears on a tie) is the plan.
+// Empty when the DP plans nothing.
+std::vector<int64_t> CheapestDpGears(const SizeHistogram& candidates, int budget,
+                                     const GearCostModel& m, const std::vector<bool>& is_held,
+                                     double held_cost) {
+  std::vector<double> unit, fixed;
+  for (size_t c = 0; c < candidates.values.size(); ++c) {
+    const int64_t v = candidates.values[c];
+    unit.push_back(m.beta * m.Run(v));
+    fixed.push_back((is_held[c] ? held_cost : m.alpha * m.compile_seconds) +
+                    m.gamma * m.GearBytes(v) / (1024.0 * 1024.0 * 1024.0));
+  }
+  std::vector<double> totals;
+  std::vector<std::vector<int64_t>> per_count;
+  internal::SolveBucketDp(candidates, budget, unit, fixed, &totals, &per_count);
+  size_t best_k = 0;
+  for (size_t k = 1; k < per_count.size(); ++k) {
+    if (best_k == 0 || totals[k] < totals[best_k]) best_k = k;
+  }
+  return best_k > 0 ? per_count[best_k] : std::vector<int64_t>{};
+}
+
+// Fills the plan's raw and padded totals on `h` and its search description.
+absl::Status FinishPlan(const SizeHistogram& h, std::string search, CostPlan* best) {
+  best->plan.raw = h.total_size();
+  auto padded = PaddedTotal(h, best->plan.gears, false);
+  if (!padded.ok()) return padded.status();
+  best->plan.padded = *padded;
+  best->plan.search = std::move(search);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
                                            const GearCostModel& m, std::span<const int64_t> held,
                                            double held_cost) {
@@ -248,7 +288,6 @@ absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
       inside.push_back(g);
   }
   SizeHistogram candidates;
-  std::vector<bool> is_held;
   size_t i = 0;
   size_t j = 0;
   while (i < h.values.size() || j < inside.size()) {
@@ -262,23 +301,11 @@ absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
     candidates.counts.push_back(h.counts[i]);
     ++i;
   }
-  std::vector<double> unit, fixed;
-  for (int64_t v : candidates.values) {
-    is_held.push_back(held_at(v));
-    unit.push_back(m.beta * m.Run(v));
-    fixed.push_back((is_held.back() ? held_cost : m.alpha * m.compile_seconds) +
-                    m.gamma * m.GearBytes(v) / (1024.0 * 1024.0 * 1024.0));
-  }
-  std::vector<double> totals;
-  std::vector<std::vector<int64_t>> per_count;
-  internal::SolveBucketDp(candidates, budget, unit, fixed, &totals, &per_count);
-  size_t best_k = 0;
-  for (size_t k = 1; k < per_count.size(); ++k) {
-    if (best_k == 0 || totals[k] < totals[best_k]) best_k = k;
-  }
+  std::vector<bool> is_held;
+  for (int64_t v : candidates.values) is_held.push_back(held_at(v));
   CostPlan best;
-  if (best_k == 0) return absl::InternalError("the DP planned no gears");
-  best.plan.gears = per_count[best_k];
+  best.plan.gears = CheapestDpGears(candidates, budget, m, is_held, held_cost);
+  if (best.plan.gears.empty()) return absl::InternalError("the DP planned no gears");
   auto cost = EvaluateCost(h, best.plan.gears, m);
   if (!cost.ok()) return cost.status();
   best.cost = *cost;
@@ -286,12 +313,12 @@ absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
   for (int64_t g : best.plan.gears) held_compiles += held_at(g) ? 1 : 0;
   best.cost.compile_seconds -= held_compiles * m.compile_seconds;
   best.cost.total += held_compiles * (held_cost - m.alpha * m.compile_seconds);
-  best.plan.raw = h.total_size();
-  auto padded = PaddedTotal(h, best.plan.gears, false);
-  if (!padded.ok()) return padded.status();
-  best.plan.padded = *padded;
-  best.plan.search = Cat("dp, best of 1..", budget, " gears under the cost model, ", inside.size(),
-                         " held gears at their holding cost");
+  if (auto s = FinishPlan(h,
+                          Cat("dp, best of 1..", budget, " gears under the cost model, ",
+                              inside.size(), " held gears at their holding cost"),
+                          &best);
+      !s.ok())
+    return s;
   return best;
 }
 
@@ -311,25 +338,12 @@ absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& h, int budget, P
     return absl::OkStatus();
   };
   if (method == PlanMethod::kDp) {
-    // Exact: the DP's bucket cost is the weighted model itself.
-    std::vector<double> unit, fixed;
-    for (int64_t v : h.values) {
-      unit.push_back(m.beta * m.Run(v));
-      fixed.push_back(m.alpha * m.compile_seconds +
-                      m.gamma * m.GearBytes(v) / (1024.0 * 1024.0 * 1024.0));
-    }
-    // totals[k] is the modelled cost with exactly k gears plus the same
-    // constant for every k (the sizes' own run time), so its smallest entry
-    // (the fewest gears on a tie) is the plan; only that one is evaluated.
-    std::vector<double> totals;
-    std::vector<std::vector<int64_t>> per_count;
-    internal::SolveBucketDp(h, budget, unit, fixed, &totals, &per_count);
-    size_t best_k = 0;
-    for (size_t k = 1; k < per_count.size(); ++k) {
-      if (best_k == 0 || totals[k] < totals[best_k]) best_k = k;
-    }
-    if (best_k > 0) {
-      if (auto s = consider(per_count[best_k]); !s.ok()) return s;
+    // Exact: the DP's bucket cost is the weighted model itself; only its
+    // cheapest count is evaluated.
+    std::vector<int64_t> gears =
+        CheapestDpGears(h, budget, m, std::vector<bool>(h.values.size(), false), 0.0);
+    if (!gears.empty()) {
+      if (auto s = consider(std::move(gears)); !s.ok()) return s;
     }
   } else {
     for (int k = 1; k <= budget; ++k) {
@@ -338,12 +352,11 @@ absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& h, int budget, P
       if (auto s = consider(*std::move(gears)); !s.ok()) return s;
     }
   }
-  best.plan.raw = h.total_size();
-  auto padded = PaddedTotal(h, best.plan.gears, false);
-  if (!padded.ok()) return padded.status();
-  best.plan.padded = *padded;
-  best.plan.search =
-      Cat(PlanMethodName(method), ", best of 1..", budget, " gears under the cost model");
+  if (auto s = FinishPlan(
+          h, Cat(PlanMethodName(method), ", best of 1..", budget, " gears under the cost model"),
+          &best);
+      !s.ok())
+    return s;
   return best;
 }
 
