@@ -276,8 +276,11 @@ TEST_P(FleetStatsTest, TheNewestSlotsAreFilledToTheFleetsTraffic) {
       EXPECT_EQ(b->counters().slots_filled, 0u);
     }
     const std::vector<GearStats>& gears = sb.dimensions[0].gears;
-    EXPECT_EQ(gears[0].sample_count, 1u) << "gear 128 carries a's traffic";
-    EXPECT_EQ(gears[1].sample_count, 0u) << "nobody used gear 256";
+    EXPECT_TRUE(gears[0].fleet_traffic) << "gear 128 carries a's traffic";
+    EXPECT_TRUE(gears[0].carries_traffic());
+    EXPECT_EQ(gears[0].sample_count, 0u) << "its local count stays (the adaptive policy's)";
+    EXPECT_FALSE(gears[1].carries_traffic()) << "nobody used gear 256";
+    EXPECT_FALSE(gears[2].fleet_traffic) << "b served 512 itself";
     EXPECT_EQ(gears[2].sample_count, 12u) << "local counts stay";
   }
 }

@@ -268,6 +268,15 @@ TEST(ReplanDecision, RespectsTheLifetimeOfGearsItAdded) {
   const UpdateDecision idle =
       Decide(MakeWindow({{100, 0, kNow - 600, false}, {1024, 500, 0}}, sizes));
   EXPECT_THAT(idle.removed[0], ElementsAre(100));
+  // ... unless the fleet's window has traffic in its range (fleet_stats.h):
+  // idle here, used by the fleet, it stays as for one runtime serving it all.
+  Window fleet = MakeWindow({{100, 0, kNow - 600, false}, {1024, 500, 0}}, sizes);
+  fleet.stats.dimensions[0].gears[0].fleet_traffic = true;
+  const UpdateDecision used_by_the_fleet = Decide(fleet);
+  EXPECT_THAT(used_by_the_fleet.next_gears[0], ElementsAre(100, 1024));
+  ASSERT_EQ(used_by_the_fleet.record.declined.size(), 1u);
+  EXPECT_THAT(used_by_the_fleet.record.declined[0].reason,
+              HasSubstr("gear 100 was added less than min_gear_lifetime_seconds ago"));
 }
 
 TEST(ReplanDecision, AGearRemovedWithinTheCooldownNeedsTwiceTheGain) {

@@ -13,9 +13,10 @@
 //     slots not pushed yet (the current one); the merged sizes replace the
 //     local `sizes` and `observed_seconds` the replan policy plans from, and
 //     a gear with no local request in the window whose range the fleet's
-//     sizes fall in counts one sample (`sample_count`: the fleet uses it, so
-//     the replan policy's lifetime protection holds for it as for one
-//     runtime serving the whole traffic); the recent slots the others have
+//     sizes fall in is marked `fleet_traffic` (GearStats::carries_traffic:
+//     the fleet uses it, so the replan policy's lifetime protection and its
+//     count of gears in use hold for it as for one runtime serving the whole
+//     traffic; its sample counts stay this replica's); the recent slots the others have
 //     not pushed yet are filled (FleetStatsOptions::fill_recent_seconds);
 //  3. does the same with the size drift's bins (DimensionStats::drift_bins:
 //     integer counts by size class, one bucket per bin of the last six

@@ -105,6 +105,13 @@ struct GearStats {
   double created_ts = 0.0;
   bool initial = false;      // in the gear set the runtime started with (not added by an update)
   double last_hit_ts = 0.0;  // also moved forward when protection is extended
+  // Set by FleetStatsSync (fleet_stats.h): this replica served no request of
+  // the gear in the window, but the fleet's merged window has sizes in its
+  // range (above the next gear below, up to it).
+  bool fleet_traffic = false;
+
+  // The window brought the gear traffic: a request here, or the fleet's.
+  bool carries_traffic() const { return sample_count > 0 || fleet_traffic; }
 };
 
 // A size and its decay weight in the window.

@@ -538,7 +538,7 @@ class FleetStatsSync::Impl {
 
   // A gear this replica saw no request of in the window, whose range the
   // fleet's window has traffic in (sizes are capped at the gear that
-  // served them), counts as used: one sample.
+  // served them), carries the fleet's traffic (GearStats::fleet_traffic).
   static void MarkFleetTraffic(DimensionStats* ds) {
     size_t s = 0;
     int64_t below = 0;
@@ -549,7 +549,7 @@ class FleetStatsSync::Impl {
         ++s;
       }
       below = g.gear;
-      if (used && g.sample_count == 0) g.sample_count = 1;
+      g.fleet_traffic = used && g.sample_count == 0;
     }
   }
 };

@@ -120,7 +120,7 @@ class DimensionReplanner {
     // seconds unless the window brought them no traffic at all (removing an
     // unused gear is not churn). The initial gears are not protected.
     for (const GearStats& g : ds.gears) {
-      if (!g.initial && g.sample_count > 0) created_[g.gear] = g.created_ts;
+      if (!g.initial && g.carries_traffic()) created_[g.gear] = g.created_ts;
     }
   }
 

@@ -86,7 +86,7 @@ std::vector<DimensionCost> CostPerDimension(const GearSet& gears, const WindowSt
     if (const DimensionStats* ds = StatsOf(gears, stats, d)) {
       double used = 0, weight = 0, power = 0;
       for (const GearStats& g : ds->gears) {
-        used += g.sample_count > 0 ? 1 : 0;
+        used += g.carries_traffic() ? 1 : 0;
         weight += g.weighted_hits;
         power += g.weighted_hits * std::pow(static_cast<double>(g.gear), o.cost.runtime_exponent);
       }
