@@ -10,6 +10,8 @@ ways, and prints them side by side (docs/PERFORMANCE.md, "gearbox.torch"):
   static_pow2  gearbox.torch, static powers-of-two ladder 1, 2, 4, ..., --max-len
   replan       gearbox.torch, the replan policy (starting from the same ladder)
   adaptive     gearbox.torch, the seed's adaptive policy (same start)
+  replan_autotune  replan with compiler="autotune": each gear times TorchScript against eager
+               and serves with the faster (not in the default --modes)
 
 Each mode runs in its own process (for its own peak RSS). The trace is scaled
 to fit a few minutes on 2 cores: every --every'th row, lengths divided by
@@ -32,6 +34,7 @@ import sys
 import time
 
 MODES = ("eager", "trace_once", "per_shape", "static_pow2", "replan", "adaptive")
+EXTRA_MODES = ("replan_autotune",)
 
 
 def load_trace(path, every, scale, max_len):
@@ -121,12 +124,14 @@ def run_mode(args):
                 t0 = time.perf_counter()
                 fn(ids, mask)
                 lat.append(time.perf_counter() - t0)
-    if args.mode in ("static_pow2", "replan", "adaptive"):
+    if args.mode in ("static_pow2", "replan", "adaptive", "replan_autotune"):
         from gearbox.torch import GearedModule
 
-        policy = "static" if args.mode == "static_pow2" else args.mode
+        policy = {"static_pow2": "static", "replan_autotune": "replan"}.get(args.mode, args.mode)
         cfg = {"dims": [{"name": "seq", "policy": "TIMES", "min": 1, "max": args.max_len}]}
+        compiler = "autotune" if args.mode == "replan_autotune" else "torchscript"
         gm = GearedModule(model, cfg, policy=policy, clock="manual", start_time=0.0,
+                          compiler=compiler,
                           start_worker=False, prewarm=True,
                           inputs={"ids": {"axes": [1, "seq"], "pad": 0, "dtype": torch.long},
                                   "mask": {"axes": [1, "seq"], "pad": True, "dtype": torch.bool}},
@@ -147,6 +152,10 @@ def run_mode(args):
         extra = {"final_gears": s["gears"]["seq"], "updates": len(gm.decisions()),
                  "released_modules": s["released_modules"],
                  "calibrated_compile_seconds": s["calibrated_compile_seconds"]}
+        if compiler == "autotune":  # the final gears' choices and candidates' medians, ms
+            extra["choices"] = {
+                str(g[0]): [c.choice, {k: v * 1e3 for k, v in c.median_seconds.items()}]
+                for g in gm.compiled_gears() for c in [gm.compiled(g)]}
         gm.close()
     total = time.perf_counter() - start
     out = {"mode": args.mode, "requests": len(requests), "total_s": total,
@@ -172,7 +181,8 @@ def main():
     p.add_argument("--trace-once-len", type=int, default=128)
     p.add_argument("--update-seconds", type=float, default=300.0,
                    help="trace seconds between updates (replan, adaptive)")
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default=",".join(MODES),
+                   help=f"comma-separated, of {list(MODES + EXTRA_MODES)}")
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args()
@@ -180,8 +190,8 @@ def main():
         return run_mode(args)
     results = []
     for mode in args.modes.split(","):
-        if mode not in MODES:
-            sys.exit(f"--modes: '{mode}' is not one of {MODES}")
+        if mode not in MODES + EXTRA_MODES:
+            sys.exit(f"--modes: '{mode}' is not one of {MODES + EXTRA_MODES}")
         cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode]
         for key, value in vars(args).items():
             if key not in ("mode", "modes", "json"):
@@ -207,6 +217,11 @@ def main():
             print(f"{r['mode']}: final gears {r['final_gears']}, {r['updates']} updates, "
                   f"{r['released_modules']} modules released"
                   + (f", calibrated compile {cal:.3f} s" if cal is not None else ""))
+        if "choices" in r:
+            picks = sorted(r["choices"].items(), key=lambda kv: int(kv[0]))
+            print(f"{r['mode']}: per final gear, the choice (median ms per candidate): " +
+                  "; ".join(f"{g}: {c} (" + ", ".join(f"{k} {v:.2f}" for k, v in sorted(m.items()))
+                            + ")" for g, (c, m) in picks))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

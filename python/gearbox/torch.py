@@ -38,6 +38,8 @@ import json
 import math
 import os
 import platform
+import re
+import statistics
 import threading
 import time
 import warnings
@@ -59,6 +61,9 @@ __all__ = [
     "CudaGraphCompiler",
     "model_fingerprint",
     "ARTIFACT_KIND",
+    "TUNING_KIND",
+    "Autotune",
+    "decode_tuning",
 ]
 
 Gear = Tuple[int, ...]
@@ -462,10 +467,149 @@ def _map_tensors(x: Any, fn: Callable) -> Any:
     return x
 
 
-COMPILERS = ("torchscript", "eager", "cuda_graph")
+COMPILERS = ("torchscript", "eager", "cuda_graph", "autotune")
+
+# The kind of the per-gear tuning choices gearbox.torch stores in a FleetArtifactStore.
+TUNING_KIND = "tuning"
+_TUNING_FORMAT = "gearbox.torch tuning 1"
+_TUNING_MAX_BYTES = 4096
+_TUNABLE = {"torchscript": compile_torchscript, "eager": compile_eager}
+_CANDIDATE_NAME = re.compile(r"[a-z0-9_.-]{1,32}")
+
+
+class Autotune:
+    """``compiler=Autotune(...)`` (or ``"autotune"``, the defaults): per gear, builds every
+    candidate compiler at the gear's shape, times ``runs`` calls of each on the gear's example
+    inputs after ``warmup_runs`` untimed ones, and serves the gear with the fastest (the lowest
+    median). The gear's compile seconds include the tuning (what the cost model should see).
+
+    candidates: names from ``("torchscript", "eager")`` or a dict name -> ``compile_fn(module,
+      example_inputs) -> callable`` (names: 1..32 of ``[a-z0-9_.-]``), at least one.
+    runs: timed calls per candidate, 1..1000. warmup_runs: untimed calls first, 0..100.
+
+    With an ``artifact_store`` the choice is shared (kind :data:`TUNING_KIND`, one per gear and
+    machine class: :meth:`GearedModule.tuning_key`): a replica that finds it builds only the
+    chosen candidate and times nothing; the first one measures under the store's compile lease.
+    A torchscript candidate's traced module is shared as with ``compiler="torchscript"``."""
+
+    def __init__(self, candidates: Any = ("torchscript", "eager"), runs: int = 5,
+                 warmup_runs: int = 2):
+        if isinstance(candidates, Mapping):
+            fns = dict(candidates)
+        elif isinstance(candidates, (list, tuple)):
+            for c in candidates:
+                if c not in _TUNABLE:
+                    raise ValueError(f"Autotune candidates: {c!r} is not one of {list(_TUNABLE)} "
+                                     "(or pass a dict name -> compile_fn)")
+            fns = {c: _TUNABLE[c] for c in candidates}
+            if len(fns) != len(candidates):
+                raise ValueError(f"Autotune candidates: {list(candidates)} names one twice")
+        else:
+            raise TypeError("Autotune candidates: expected a list of names or a dict name -> "
+                            f"compile_fn, got {type(candidates).__name__}")
+        if not fns:
+            raise ValueError("Autotune candidates: empty; at least one compiler")
+        for name, fn in fns.items():
+            if not isinstance(name, str) or not _CANDIDATE_NAME.fullmatch(name):
+                raise ValueError(f"Autotune candidates: name {name!r} is not 1..32 characters of "
+                                 "[a-z0-9_.-]")
+            if not callable(fn):
+                raise TypeError(f"Autotune candidates: {name!r} maps to "
+                                f"{type(fn).__name__}, expected a compile_fn")
+        for field, value, low, high in (("runs", runs, 1, 1000),
+                                        ("warmup_runs", warmup_runs, 0, 100)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"Autotune {field}: {value!r}, expected an int in [{low}, {high}]")
+        self.candidates: Dict[str, Callable] = fns
+        self.runs, self.warmup_runs = runs, warmup_runs
+        self.__name__ = "autotune"
+
+    def __repr__(self) -> str:
+        return (f"Autotune(candidates={list(self.candidates)}, runs={self.runs}, "
+                f"warmup_runs={self.warmup_runs})")
+
+    def median_call_seconds(self, fn: Callable, examples: Tuple[torch.Tensor, ...]) -> float:
+        """The median wall seconds of one call of ``fn`` on ``examples`` (after the warm-up)."""
+        with torch.no_grad():
+            for _ in range(self.warmup_runs):
+                fn(*examples)
+            times = []
+            for _ in range(self.runs):
+                t0 = time.perf_counter()
+                fn(*examples)
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+
+def encode_tuning(choice: str, median_seconds: Mapping[str, float], runs: int) -> bytes:
+    """A tuning record: canonical JSON, what :func:`decode_tuning` reads."""
+    return json.dumps({"format": _TUNING_FORMAT, "choice": choice, "runs": runs,
+                       "median_seconds": dict(sorted(median_seconds.items()))},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_tuning(data: bytes, candidates: Sequence[str]) -> Dict[str, Any]:
+    """Validates a stored tuning record against these ``candidates``: at most 4096 bytes of a
+    JSON object with exactly ``format`` ("gearbox.torch tuning 1"), ``choice`` (one of the
+    candidates), ``runs`` (an int in [1, 1000]) and ``median_seconds`` (each candidate -> finite
+    seconds >= 0, no other). Raises ValueError naming the field; returns the dict."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise ValueError(f"tuning record: expected bytes, got {type(data).__name__}")
+    if len(data) > _TUNING_MAX_BYTES:
+        raise ValueError(f"tuning record: {len(data)} bytes, at most {_TUNING_MAX_BYTES}")
+    try:
+        record = json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"tuning record: not JSON ({e})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"tuning record: a JSON {type(record).__name__}, expected an object")
+    want = {"format", "choice", "runs", "median_seconds"}
+    if set(record) != want:
+        raise ValueError(f"tuning record: fields {sorted(record)}, expected {sorted(want)}")
+    if record["format"] != _TUNING_FORMAT:
+        raise ValueError(f"tuning record: format {record['format']!r}, expected {_TUNING_FORMAT!r}")
+    if record["choice"] not in candidates:
+        raise ValueError(f"tuning record: choice {record['choice']!r} is not one of "
+                         f"{list(candidates)}")
+    runs = record["runs"]
+    if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= 1000:
+        raise ValueError(f"tuning record: runs {runs!r}, expected an int in [1, 1000]")
+    medians = record["median_seconds"]
+    if not isinstance(medians, dict) or set(medians) != set(candidates):
+        raise ValueError(f"tuning record: median_seconds names "
+                         f"{sorted(medians) if isinstance(medians, dict) else medians!r}, expected "
+                         f"{sorted(candidates)}")
+    for name, v in medians.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"tuning record: median_seconds[{name!r}] {v!r}, expected finite "
+                             "seconds >= 0")
+    return record
+
+
+def _machine_class(candidates: Sequence[str]) -> str:
+    """What a timing depends on besides the model and the gear: the CPU model, torch's thread
+    count and the candidates (a digest)."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    text = json.dumps([cpu, os.cpu_count(), torch.get_num_threads(), list(candidates)])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _resolve_compiler(compiler: Any, module: torch.nn.Module) -> Tuple[str, Callable]:
+    if compiler == "autotune":
+        compiler = Autotune()
+    if isinstance(compiler, Autotune):
+        if compile_torchscript in compiler.candidates.values() and module.training:
+            raise ValueError("compiler 'autotune': its 'torchscript' candidate needs eval mode; "
+                             "call module.eval() first")
+        return "autotune", compiler
     if callable(compiler):
         return getattr(compiler, "__name__", type(compiler).__name__), compiler
     if compiler == "torchscript":
@@ -477,8 +621,8 @@ def _resolve_compiler(compiler: Any, module: torch.nn.Module) -> Tuple[str, Call
         return "eager", compile_eager
     if compiler == "cuda_graph":
         return "cuda_graph", CudaGraphCompiler()
-    raise ValueError(f"compiler: {compiler!r} is not one of {list(COMPILERS)} or a callable "
-                     "compile_fn(module, example_inputs) -> callable")
+    raise ValueError(f"compiler: {compiler!r} is not one of {list(COMPILERS)}, an Autotune or a "
+                     "callable compile_fn(module, example_inputs) -> callable")
 
 
 def _rss_bytes() -> int:
@@ -505,16 +649,24 @@ class CompiledGear:
     runtime's pool holds it (released when the gear is evicted); a call holds
     it while it runs."""
 
-    __slots__ = ("gear", "fn", "key", "compile_seconds", "bytes", "source", "__weakref__")
+    __slots__ = ("gear", "fn", "key", "compile_seconds", "bytes", "source", "choice", "tuning",
+                 "median_seconds", "__weakref__")
 
     def __init__(self, gear: Gear, fn: Callable, compile_seconds: float, nbytes: int,
-                 source: str = "built"):
+                 source: str = "built", choice: Optional[str] = None,
+                 tuning: Optional[str] = None,
+                 median_seconds: Optional[Dict[str, float]] = None):
         self.gear = gear
         self.fn = fn
         self.key = 0
-        self.compile_seconds = compile_seconds  # building it, or loading and finishing it
+        self.compile_seconds = compile_seconds  # building it (and tuning), or loading and finishing it
         self.bytes = nbytes
         self.source = source  # "built" here, or "loaded" from the artifact store
+        # compiler "autotune": the candidate chosen, whether the choice was "measured" here or
+        # "loaded" from the artifact store, and the candidates' median call seconds.
+        self.choice = choice
+        self.tuning = tuning
+        self.median_seconds = median_seconds
 
 
 class _GearStats:
@@ -683,10 +835,11 @@ class GearedModule(torch.nn.Module):
             if not isinstance(artifact_store, _gb.FleetArtifactStore):
                 raise TypeError("artifact_store: expected a gearbox.FleetArtifactStore, got "
                                 f"{type(artifact_store).__name__}")
-            if self.compiler_name != "torchscript":
+            if self.compiler_name not in ("torchscript", "autotune"):
                 raise ValueError(f"artifact_store: compiler {self.compiler_name!r} builds modules "
                                  "that are not portable between processes (captured CUDA graphs, "
-                                 "arbitrary callables); only 'torchscript' shares artifacts")
+                                 "arbitrary callables); only 'torchscript' (its modules) and "
+                                 "'autotune' (its choices) share artifacts")
         self._artifacts = artifact_store
         self._put_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._pending_puts: List[concurrent.futures.Future] = []
@@ -926,8 +1079,17 @@ class GearedModule(torch.nn.Module):
                                "declare dtype= per input or call the module once")
         examples = self._example_inputs(gear)
         meter = [0.0, 0]  # seconds and bytes of the steps run under the compile lock
-        if self._artifacts is None:
-            fn = self._step(meter, gear, "compiling", lambda: self._compile_fn(self.module, examples))
+        if isinstance(self._compile_fn, Autotune):
+            return self._tune(gear, examples, meter, from_request)
+        fn, source = self._build(self._compile_fn, gear, examples, meter, from_request)
+        return CompiledGear(gear, fn, meter[0], meter[1], source)
+
+    def _build(self, compile_fn: Callable, gear: Gear, examples: Tuple[torch.Tensor, ...],
+               meter: List[Any], from_request: bool) -> Tuple[Callable, str]:
+        """One compiler's module for the gear: a torchscript one through the artifact store
+        when there is one, any other here. Returns it and "built" or "loaded"."""
+        if self._artifacts is None or compile_fn is not compile_torchscript:
+            fn = self._step(meter, gear, "compiling", lambda: compile_fn(self.module, examples))
             source = "built"
         elif from_request:
             traced = self._step(meter, gear, "compiling",
@@ -940,9 +1102,125 @@ class GearedModule(torch.nn.Module):
         if not callable(fn):
             with self._lock:
                 self._counts["compile_failures"] += 1
-            raise RuntimeError(f"compiler '{self.compiler_name}' returned {type(fn).__name__} for "
-                               f"gear {gear}, expected a callable")
-        return CompiledGear(gear, fn, meter[0], meter[1], source)
+            raise RuntimeError(f"compiler '{getattr(compile_fn, '__name__', self.compiler_name)}' "
+                               f"returned {type(fn).__name__} for gear {gear}, expected a callable")
+        return fn, source
+
+    # ------------------------------------------------------------- autotune
+
+    def tuning_key(self, gear: Sequence[int]) -> str:
+        """The gear key of this gear's tuning choice in the store: :meth:`artifact_key` and a
+        digest of the machine class (CPU model, CPU count, torch threads) and the candidates,
+        so only a replica whose timings would agree reads the choice (compiler "autotune")."""
+        if not isinstance(self._compile_fn, Autotune):
+            raise RuntimeError(f"tuning_key: compiler {self.compiler_name!r} does not tune; "
+                               "only 'autotune' does")
+        return f"{self.artifact_key(gear)}.{_machine_class(list(self._compile_fn.candidates))}"
+
+    def _tune(self, gear: Gear, examples: Tuple[torch.Tensor, ...], meter: List[Any],
+              from_request: bool) -> CompiledGear:
+        """Compiler "autotune": the gear's choice loaded from the store, or measured here (under
+        the store's compile lease off the request path; stored later from a request); then the
+        chosen candidate's module. Its loser modules are dropped."""
+        tuner: Autotune = self._compile_fn
+        names = list(tuner.candidates)
+        built: Dict[str, Tuple[Callable, str]] = {}
+
+        def candidate(name: str) -> Tuple[Callable, str]:
+            if name not in built:
+                built[name] = self._build(tuner.candidates[name], gear, examples, meter,
+                                          from_request)
+            return built[name]
+
+        def measure() -> bytes:
+            medians = {}
+            for name in names:
+                fn = candidate(name)[0]
+                medians[name] = self._step(meter, gear, "tuning",
+                                           lambda fn=fn: tuner.median_call_seconds(fn, examples))
+            with self._lock:
+                self._counts["tunings"] += 1
+            return encode_tuning(min(names, key=lambda n: medians[n]), medians, tuner.runs)
+
+        record, tuning = None, "measured"
+        if self._artifacts is not None and not from_request:
+            record, tuning = self._obtain_tuning(gear, names, measure)
+        if record is None:
+            data = measure()
+            record = decode_tuning(data, names)
+            if self._artifacts is not None:
+                self._defer_put_tuning(gear, data)
+        choice = record["choice"]
+        fn, source = candidate(choice)
+        built.clear()  # the losers' modules go now
+        return CompiledGear(gear, fn, meter[0], meter[1], source, choice=choice, tuning=tuning,
+                            median_seconds=dict(record["median_seconds"]))
+
+    def _obtain_tuning(self, gear: Gear, names: List[str],
+                       measure: Callable[[], bytes]) -> Tuple[Optional[Dict[str, Any]], str]:
+        """Single flight through the store for the gear's tuning choice. Returns the record
+        and "loaded" or "measured"; (None, "measured") when nothing usable came back (a store
+        error or a refused record, warned): the caller measures and stores it again."""
+        key = self.tuning_key(gear)
+        measured: Dict[str, bytes] = {}
+
+        def build() -> bytes:  # called by obtain() with the GIL, at most once
+            try:
+                measured["data"] = measure()
+            except BaseException as e:
+                measured["error"] = e
+                raise
+            return measured["data"]
+
+        failures = self._artifacts.counters()["store_failures"]
+        try:
+            got = self._artifacts.obtain(key, TUNING_KIND, build)
+        except Exception as e:
+            if measured.get("error") is e:
+                raise  # a candidate's compile or run failed: reported, never stored
+            if "data" not in measured:
+                self._warn_artifact("artifact_store_errors",
+                                    f"tuning {key}: {type(e).__name__}: {e}; measuring it here")
+                return None, "measured"
+            got = None
+        if self._artifacts.counters()["store_failures"] - failures:
+            self._warn_artifact("artifact_store_errors",
+                                f"tuning {key}: store calls failed "
+                                f"({self._artifacts.store.describe()} down?)")
+        if "data" in measured:
+            return decode_tuning(measured["data"], names), "measured"
+        try:
+            record = decode_tuning(got.artifact.bytes, names)
+        except ValueError as e:
+            self._warn_artifact("artifact_rejects", f"tuning {key}: artifact "
+                                f"{got.artifact.digest} refused ({e}); measuring it here and "
+                                "storing it again")
+            return None, "measured"
+        with self._lock:
+            self._counts["tuning_loads"] += 1
+        return record, "loaded"
+
+    def _defer_put_tuning(self, gear: Gear, data: bytes) -> None:
+        """A choice measured without the store (a request's miss, a refused record): stored
+        from the background thread."""
+        key = self.tuning_key(gear)
+
+        def put() -> None:
+            try:
+                self._artifacts.put(key, TUNING_KIND, data)
+            except Exception as e:
+                self._warn_artifact("artifact_store_errors",
+                                    f"tuning {key}: storing it failed ({type(e).__name__}: {e})")
+        if self._put_executor is None:  # the calibration compile, before the thread: off the
+            put()                          # request path, so stored at once
+            return
+        try:
+            fut = self._put_executor.submit(put)
+        except RuntimeError:  # closed meanwhile: nothing to share any more
+            return
+        with self._lock:
+            self._counts["artifact_deferred_puts"] += 1
+            self._pending_puts = [f for f in self._pending_puts if not f.done()] + [fut]
 
     def _step(self, meter: List[Any], gear: Gear, what: str, work: Callable[[], Any],
               count_failure: bool = True) -> Any:
@@ -1276,6 +1554,8 @@ class GearedModule(torch.nn.Module):
                     "padding": (1.0 - s.raw / s.padded) if s and s.padded else 0.0,
                     "compiled": c is not None,
                     "source": c.source if c else None,
+                    "choice": c.choice if c else None,
+                    "tuning": c.tuning if c else None,
                     "compile_seconds": c.compile_seconds if c else None,
                     "bytes": c.bytes if c else None,
                 }
@@ -1302,6 +1582,8 @@ class GearedModule(torch.nn.Module):
             "artifact_rejects": counts.get("artifact_rejects", 0),
             "artifact_store_errors": counts.get("artifact_store_errors", 0),
             "artifact_deferred_puts": counts.get("artifact_deferred_puts", 0),
+            "tunings": counts.get("tunings", 0),
+            "tuning_loads": counts.get("tuning_loads", 0),
             "artifact_store": self._artifacts.counters() if self._artifacts is not None else None,
             "compile_seconds": sum(secs),
             "compile_seconds_mean": (sum(secs) / len(secs)) if secs else None,

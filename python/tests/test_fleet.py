@@ -475,3 +475,218 @@ def test_two_objects_share_through_redis(redis_url, traces):
     assert store_b.counters()["bytes_received"] > 0
     for x, y in zip(outputs(a), outputs(b)):
         assert torch.equal(x, y)
+
+
+# ------------------------------------------------- autotune: shared choices
+
+
+class Counted:
+    """A compile_fn whose modules count their calls and sleep `delay` seconds in each."""
+
+    def __init__(self, delay):
+        self.delay, self.calls, self.builds = delay, 0, 0
+
+    def __call__(self, module, examples):
+        self.builds += 1
+
+        def run(*args):
+            self.calls += 1
+            time.sleep(self.delay)
+            return module(*args)
+        return run
+
+
+def tuned(artifact_store, slow, fast, **kw):
+    tuner = gtorch.Autotune({"slow": slow, "fast": fast}, runs=3, warmup_runs=1)
+    return encoder(artifact_store, compiler=tuner, **kw)
+
+
+def test_autotune_serves_each_gear_with_its_fastest_candidate():
+    slow, fast = Counted(0.004), Counted(0.0)
+    gm = tuned(None, slow, fast)
+    gm.warm()
+    s = gm.summary()
+    assert s["compiler"] == "autotune" and s["tunings"] == CELLS and s["tuning_loads"] == 0
+    for g in s["per_gear"].values():
+        assert (g["choice"], g["tuning"]) == ("fast", "measured")
+    c = gm.compiled((2, 8))
+    assert c.median_seconds["slow"] > c.median_seconds["fast"]
+    assert c.compile_seconds >= 4 * 0.004  # the tuning is part of the gear's cost
+    assert (slow.calls, fast.calls) == (CELLS * 4, CELLS * 4)  # warm-up + runs, each candidate
+    calls = slow.calls
+    eager = TinyEncoder().eval()
+    for i, (b, s_) in enumerate(SIZES):
+        with torch.no_grad():
+            assert torch.allclose(gm(*inputs(b, s_, i)), eager(*inputs(b, s_, i)), atol=1e-5)
+    assert slow.calls == calls  # requests run the chosen candidate only
+    gm.close()
+
+
+def test_autotune_with_the_default_candidates_chooses_torchscript_or_eager(traces):
+    gm = encoder(None, compiler="autotune", dims={"batch": {"gears": [2]}, "seq": {"gears": [8]}})
+    gm.warm()
+    c = gm.compiled((2, 8))
+    assert c.choice in ("torchscript", "eager") and set(c.median_seconds) == {"torchscript", "eager"}
+    assert c.choice == min(c.median_seconds, key=c.median_seconds.get)
+    with torch.no_grad():
+        assert torch.allclose(gm(*inputs(2, 8, 0)), TinyEncoder().eval()(*inputs(2, 8, 0)), atol=1e-5)
+    gm.close()
+
+
+def test_a_second_replica_loads_the_tuning_choices_and_times_nothing(traces):
+    store = gearbox.InProcessFleetStore()
+    slow, fast = Counted(0.003), Counted(0.0)
+    first = tuned(artifact_store(store, TinyEncoder(), "replica-1"), slow, fast)
+    first.warm()
+    assert first.summary()["tunings"] == CELLS
+    slow2, fast2 = Counted(0.003), Counted(0.0)
+    art2 = artifact_store(store, TinyEncoder(), "replica-2")
+    second = tuned(art2, slow2, fast2)
+    second.warm()
+    s2 = second.summary()
+    assert (s2["tunings"], s2["tuning_loads"]) == (0, CELLS)
+    assert all((g["choice"], g["tuning"]) == ("fast", "loaded") for g in s2["per_gear"].values())
+    assert (slow2.builds, slow2.calls, fast2.builds, fast2.calls) == (0, 0, CELLS, 0)
+    assert second.compiled((4, 8)).median_seconds == first.compiled((4, 8)).median_seconds
+    assert art2.counters()["loads"] == CELLS
+    key = second.tuning_key((4, 8))
+    assert key.startswith(second.artifact_key((4, 8)) + ".")
+    record = gtorch.decode_tuning(art2.get(key, gtorch.TUNING_KIND).bytes, ["slow", "fast"])
+    assert record["choice"] == "fast" and record["runs"] == 3
+    # Other candidates are another machine class: nothing shared.
+    other = encoder(artifact_store(store, TinyEncoder(), "replica-3"),
+                    compiler=gtorch.Autotune({"fast": Counted(0.0)}, runs=1))
+    other.warm()
+    assert other.summary()["tuning_loads"] == 0 and other.tuning_key((4, 8)) != key
+    with pytest.raises(RuntimeError, match="tuning_key: compiler 'torchscript' does not tune"):
+        encoder(None).tuning_key((4, 8))
+    for gm in (first, second, other):
+        gm.close()
+
+
+def test_a_torchscript_candidate_shares_its_traced_module_too(traces):
+    store = gearbox.InProcessFleetStore()
+    dims = {"batch": {"gears": [2, 4]}, "seq": {"gears": [8]}}
+    for replica in ("a", "b"):
+        gm = encoder(artifact_store(store, TinyEncoder(), replica), dims=dims,
+                     compiler=gtorch.Autotune(["torchscript"], runs=1, warmup_runs=0))
+        gm.warm()
+        s = gm.summary()
+        gm.close()
+    assert traces[0] == 2  # traced once per gear, by the first replica
+    assert (s["tuning_loads"], s["artifact_loads"]) == (2, 2)
+    assert all(g["choice"] == "torchscript" and g["source"] == "loaded"
+               for g in s["per_gear"].values())
+
+
+@pytest.mark.parametrize("bad, field", [
+    (b"not json", "not JSON"),
+    (b"[1]", "a JSON list"),
+    (b'{"choice":"fast"}', "fields"),
+    (b'{"format":"x","choice":"fast","runs":3,"median_seconds":{"slow":1,"fast":0}}', "format"),
+    (b'{"format":"gearbox.torch tuning 1","choice":"rm -rf","runs":3,'
+     b'"median_seconds":{"slow":1,"fast":0}}', "choice 'rm -rf'"),
+    (b'{"format":"gearbox.torch tuning 1","choice":"fast","runs":0,'
+     b'"median_seconds":{"slow":1,"fast":0}}', "runs 0"),
+    (b'{"format":"gearbox.torch tuning 1","choice":"fast","runs":true,'
+     b'"median_seconds":{"slow":1,"fast":0}}', "runs True"),
+    (b'{"format":"gearbox.torch tuning 1","choice":"fast","runs":3,'
+     b'"median_seconds":{"fast":0}}', "median_seconds names"),
+    (b'{"format":"gearbox.torch tuning 1","choice":"fast","runs":3,'
+     b'"median_seconds":{"slow":-1,"fast":0}}', r"median_seconds\['slow'\] -1"),
+    (b'{"format":"gearbox.torch tuning 1","choice":"fast","runs":3,'
+     b'"median_seconds":{"slow":1e999,"fast":0}}', r"median_seconds\['slow'\] inf"),
+    (b" " * 5000, "5000 bytes, at most 4096"),
+    (b"\xff\xfe", "not JSON"),
+])
+def test_decode_tuning_rejects_what_is_not_a_record(bad, field):
+    with pytest.raises(ValueError, match=field):
+        gtorch.decode_tuning(bad, ["slow", "fast"])
+
+
+def test_a_corrupt_tuning_choice_is_refused_measured_again_and_replaced():
+    store = gearbox.InProcessFleetStore()
+    art = artifact_store(store, TinyEncoder(), "replica-1")
+    slow, fast = Counted(0.003), Counted(0.0)
+    gm = tuned(art, slow, fast, dims={"batch": {"gears": [2]}, "seq": {"gears": [8]}})
+    hostile = (b'{"format":"gearbox.torch tuning 1","choice":"slower","runs":3,'
+               b'"median_seconds":{"slow":1,"fast":0}}')
+    art.put(gm.tuning_key((2, 8)), gtorch.TUNING_KIND, hostile)
+    with pytest.warns(RuntimeWarning, match=r"choice 'slower' is not one of.*measuring it here"):
+        gm.warm()
+    s = gm.summary()
+    assert (s["tunings"], s["artifact_rejects"], s["per_gear"]["2x8"]["choice"]) == (1, 1, "fast")
+    assert gm.wait_artifact_puts(30)
+    got = gtorch.decode_tuning(art.get(gm.tuning_key((2, 8)), gtorch.TUNING_KIND).bytes,
+                               ["slow", "fast"])
+    assert got["choice"] == "fast"  # replaced by this replica's measurement
+    gm.close()
+
+
+def test_a_store_that_is_down_tunes_here_with_a_warning():
+    down = gearbox.InProcessFleetStore()
+    down.set_available(False)
+    slow, fast = Counted(0.003), Counted(0.0)
+    gm = tuned(artifact_store(down, TinyEncoder(), "r", log=lambda *a: None), slow, fast,
+               dims={"batch": {"gears": [2]}, "seq": {"gears": [8]}})
+    with pytest.warns(RuntimeWarning, match="down"):
+        gm.warm()
+    s = gm.summary()
+    assert s["tunings"] == 1 and s["per_gear"]["2x8"]["choice"] == "fast"
+    gm.close()
+
+
+def test_autotune_arguments_are_checked():
+    with pytest.raises(ValueError, match="Autotune candidates: 'tvm' is not one of"):
+        gtorch.Autotune(["tvm"])
+    with pytest.raises(ValueError, match="names one twice"):
+        gtorch.Autotune(["eager", "eager"])
+    with pytest.raises(ValueError, match="empty"):
+        gtorch.Autotune({})
+    with pytest.raises(ValueError, match="name 'Bad Name'"):
+        gtorch.Autotune({"Bad Name": gtorch.compile_eager})
+    with pytest.raises(TypeError, match="'x' maps to int"):
+        gtorch.Autotune({"x": 3})
+    with pytest.raises(TypeError, match="expected a list of names or a dict"):
+        gtorch.Autotune("eager")
+    with pytest.raises(ValueError, match=r"Autotune runs: 0, expected an int in \[1, 1000\]"):
+        gtorch.Autotune(runs=0)
+    with pytest.raises(ValueError, match=r"warmup_runs: -1"):
+        gtorch.Autotune(warmup_runs=-1)
+    with pytest.raises(ValueError, match="'torchscript' candidate needs eval mode"):
+        encoder(None, model=TinyEncoder().train(), compiler="autotune")
+
+
+def test_a_requests_miss_tunes_without_the_store_and_stores_the_choice_later():
+    store = gearbox.InProcessFleetStore()
+    art = artifact_store(store, TinyEncoder(), "r1")
+    slow, fast = Counted(0.003), Counted(0.0)
+    gm = tuned(art, slow, fast)
+    with torch.no_grad():
+        want = TinyEncoder().eval()(*inputs(2, 8, 0))
+    assert torch.allclose(gm(*inputs(2, 8, 0)), want, atol=1e-5)  # a miss: tuned here
+    c = art.counters()
+    assert (c["misses"], c["loads"], c["builds"]) == (0, 0, 0)  # the request looked up nothing
+    assert gm.wait_artifact_puts(30)
+    s = gm.summary()
+    assert (s["tunings"], s["artifact_deferred_puts"]) == (1, 1)
+    record = gtorch.decode_tuning(art.get(gm.tuning_key((2, 8)), gtorch.TUNING_KIND).bytes,
+                                  ["slow", "fast"])
+    assert record["choice"] == "fast"
+    gm.close()
+
+
+def test_two_objects_share_tuning_choices_through_redis(redis_url):
+    store_a, store_b = gearbox.RedisFleetStore(redis_url), gearbox.RedisFleetStore(redis_url)
+    a = tuned(artifact_store(store_a, TinyEncoder(), "a"), Counted(0.003), Counted(0.0))
+    a.warm()
+    slow_b, fast_b = Counted(0.003), Counted(0.0)
+    b = tuned(artifact_store(store_b, TinyEncoder(), "b"), slow_b, fast_b)
+    b.warm()
+    assert (a.summary()["tunings"], b.summary()["tunings"], b.summary()["tuning_loads"]) == \
+        (CELLS, 0, CELLS)
+    assert (slow_b.builds, slow_b.calls) == (0, 0)
+    for x, y in zip(outputs(a), outputs(b)):
+        assert torch.equal(x, y)
+    a.close()
+    b.close()

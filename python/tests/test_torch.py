@@ -562,7 +562,7 @@ def test_construction_errors():
         GearedModule(m, {"batch": [1], "seq": [4]}, inputs=inputs, outputs=["batch", 5])
     with pytest.raises(ValueError, match="output 'output' axis 0: unknown dimension 'b'"):
         GearedModule(m, dims, inputs=inputs, outputs=["b", 5])
-    with pytest.raises(ValueError, match=r"compiler: 'tvm' is not one of \['torchscript', 'eager', 'cuda_graph'\]"):
+    with pytest.raises(ValueError, match=r"compiler: 'tvm' is not one of \['torchscript', 'eager', 'cuda_graph', 'autotune'\]"):
         GearedModule(m, dims, inputs=inputs, outputs=["batch", 5], compiler="tvm")
     with pytest.raises(ValueError, match="training mode; call module.eval"):
         GearedModule(TinyConv(), dims, inputs=inputs, outputs=["batch", 5])
