@@ -137,6 +137,24 @@ TEST(Runtime, TheGearBytesPredictorFillsTheMemoryStateAndPastTheBudgetTriggers) 
   EXPECT_FALSE(f.runtime->ReadMemory().bytes_in_use.has_value());
 }
 
+// The check after an update at `last` comes at last + interval (the worker
+// and the replay schedule both add the interval): it must find the update
+// due, whatever the rounding of (last + interval) - last.
+TEST(Runtime, TheCheckOneIntervalAfterAnUpdateFindsItDue) {
+  Fixture f(Batch({1, 8}));
+  const double interval = AdaptiveOptions{}.update_interval_seconds;
+  int due = 0, tried = 0;
+  for (const double last : {469.297934, 929.531329, 1906.021188, 3943.616756, 7.3}) {
+    ASSERT_TRUE(f.runtime->RunOnce(last, UpdateTrigger::kInterval).ok());
+    ++tried;
+    due += f.runtime->CheckTrigger(last + interval) == UpdateTrigger::kInterval ? 1 : 0;
+    EXPECT_EQ(f.runtime->CheckTrigger(last + interval / 2), std::nullopt);
+  }
+  // For the first four, (last + 300) - last is 299.99999999999994 in
+  // doubles: the subtraction put those updates off by a whole check interval.
+  EXPECT_EQ(due, tried);
+}
+
 TEST(Runtime, OneEventPerExecutedVariantWithRemainderPadding) {
   Fixture f(Batch({1, 2, 4, 8, 16, 32}));
   f.Request({100}, 10.0);  // 3 x 32 + 4

@@ -435,7 +435,11 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
   const double interval = policy == UpdatePolicy::kReplan
                               ? options_.replan.update_interval_seconds
                               : options_.adaptive.update_interval_seconds;
-  if (now - last >= interval) return UpdateTrigger::kInterval;
+  // Compared as the schedule is built (the check after an update at `last`
+  // comes at last + interval): `now - last >= interval` is false by one ulp
+  // for about half the values of `last`, which put that update off by a
+  // whole check interval.
+  if (now >= last + interval) return UpdateTrigger::kInterval;
   {
     MutexLock lock(&impl_->oom_mu);
     if (!impl_->oom_new.empty()) return UpdateTrigger::kMemory;  // a compile ran out of memory
