@@ -5,6 +5,7 @@ refused and rebuilt, a store that is down is a miss, one replica waits on
 another's compile lease, and two processes share through a real redis-server."""
 
 import json
+import math
 import logging
 import os
 import pathlib
@@ -502,7 +503,7 @@ def tuned(artifact_store, slow, fast, **kw):
 
 
 def test_autotune_serves_each_gear_with_its_fastest_candidate():
-    slow, fast = Counted(0.004), Counted(0.0)
+    slow, fast = Counted(0.02), Counted(0.0)
     gm = tuned(None, slow, fast)
     gm.warm()
     s = gm.summary()
@@ -511,7 +512,7 @@ def test_autotune_serves_each_gear_with_its_fastest_candidate():
         assert (g["choice"], g["tuning"]) == ("fast", "measured")
     c = gm.compiled((2, 8))
     assert c.median_seconds["slow"] > c.median_seconds["fast"]
-    assert c.compile_seconds >= 4 * 0.004  # the tuning is part of the gear's cost
+    assert c.compile_seconds >= 4 * 0.02  # the tuning is part of the gear's cost
     assert (slow.calls, fast.calls) == (CELLS * 4, CELLS * 4)  # warm-up + runs, each candidate
     calls = slow.calls
     eager = TinyEncoder().eval()
@@ -535,11 +536,11 @@ def test_autotune_with_the_default_candidates_chooses_torchscript_or_eager(trace
 
 def test_a_second_replica_loads_the_tuning_choices_and_times_nothing(traces):
     store = gearbox.InProcessFleetStore()
-    slow, fast = Counted(0.003), Counted(0.0)
+    slow, fast = Counted(0.02), Counted(0.0)
     first = tuned(artifact_store(store, TinyEncoder(), "replica-1"), slow, fast)
     first.warm()
     assert first.summary()["tunings"] == CELLS
-    slow2, fast2 = Counted(0.003), Counted(0.0)
+    slow2, fast2 = Counted(0.02), Counted(0.0)
     art2 = artifact_store(store, TinyEncoder(), "replica-2")
     second = tuned(art2, slow2, fast2)
     second.warm()
@@ -604,10 +605,38 @@ def test_decode_tuning_rejects_what_is_not_a_record(bad, field):
         gtorch.decode_tuning(bad, ["slow", "fast"])
 
 
+def test_decode_tuning_on_mutated_records_accepts_only_valid_ones():
+    import random
+    rng = random.Random(7)
+    valid = gtorch.encode_tuning("fast", {"slow": 0.002, "fast": 0.001}, 3)
+    assert gtorch.decode_tuning(valid, ["slow", "fast"])["choice"] == "fast"
+    accepted = 0
+    for _ in range(3000):
+        data = bytearray(valid)
+        for _ in range(rng.randint(1, 4)):
+            op = rng.randrange(3)
+            at = rng.randrange(len(data) + 1)
+            if op == 0 and data:
+                del data[min(at, len(data) - 1)]
+            elif op == 1:
+                data.insert(at, rng.randrange(256))
+            elif data:
+                data[min(at, len(data) - 1)] = rng.randrange(256)
+        try:
+            record = gtorch.decode_tuning(bytes(data), ["slow", "fast"])
+        except ValueError:
+            continue
+        accepted += 1  # whatever passed is a well-formed record
+        assert record["choice"] in ("slow", "fast") and 1 <= record["runs"] <= 1000
+        assert set(record["median_seconds"]) == {"slow", "fast"}
+        assert all(math.isfinite(v) and v >= 0 for v in record["median_seconds"].values())
+    assert accepted < 3000
+
+
 def test_a_corrupt_tuning_choice_is_refused_measured_again_and_replaced():
     store = gearbox.InProcessFleetStore()
     art = artifact_store(store, TinyEncoder(), "replica-1")
-    slow, fast = Counted(0.003), Counted(0.0)
+    slow, fast = Counted(0.02), Counted(0.0)
     gm = tuned(art, slow, fast, dims={"batch": {"gears": [2]}, "seq": {"gears": [8]}})
     hostile = (b'{"format":"gearbox.torch tuning 1","choice":"slower","runs":3,'
                b'"median_seconds":{"slow":1,"fast":0}}')
@@ -626,7 +655,7 @@ def test_a_corrupt_tuning_choice_is_refused_measured_again_and_replaced():
 def test_a_store_that_is_down_tunes_here_with_a_warning():
     down = gearbox.InProcessFleetStore()
     down.set_available(False)
-    slow, fast = Counted(0.003), Counted(0.0)
+    slow, fast = Counted(0.02), Counted(0.0)
     gm = tuned(artifact_store(down, TinyEncoder(), "r", log=lambda *a: None), slow, fast,
                dims={"batch": {"gears": [2]}, "seq": {"gears": [8]}})
     with pytest.warns(RuntimeWarning, match="down"):
@@ -660,7 +689,7 @@ def test_autotune_arguments_are_checked():
 def test_a_requests_miss_tunes_without_the_store_and_stores_the_choice_later():
     store = gearbox.InProcessFleetStore()
     art = artifact_store(store, TinyEncoder(), "r1")
-    slow, fast = Counted(0.003), Counted(0.0)
+    slow, fast = Counted(0.02), Counted(0.0)
     gm = tuned(art, slow, fast)
     with torch.no_grad():
         want = TinyEncoder().eval()(*inputs(2, 8, 0))
@@ -678,9 +707,9 @@ def test_a_requests_miss_tunes_without_the_store_and_stores_the_choice_later():
 
 def test_two_objects_share_tuning_choices_through_redis(redis_url):
     store_a, store_b = gearbox.RedisFleetStore(redis_url), gearbox.RedisFleetStore(redis_url)
-    a = tuned(artifact_store(store_a, TinyEncoder(), "a"), Counted(0.003), Counted(0.0))
+    a = tuned(artifact_store(store_a, TinyEncoder(), "a"), Counted(0.02), Counted(0.0))
     a.warm()
-    slow_b, fast_b = Counted(0.003), Counted(0.0)
+    slow_b, fast_b = Counted(0.02), Counted(0.0)
     b = tuned(artifact_store(store_b, TinyEncoder(), "b"), slow_b, fast_b)
     b.warm()
     assert (a.summary()["tunings"], b.summary()["tunings"], b.summary()["tuning_loads"]) == \
