@@ -786,7 +786,8 @@ class GearedModule(torch.nn.Module):
         module's positional order. Axes: a dimension name, a static int, or None.
       outputs: the axes of the single output, a list of them (tuple outputs), or a dict
         name -> axes (tuple outputs in that order, or a dict output by key).
-      compiler: "torchscript" (default), "eager", "cuda_graph", or a
+      compiler: "torchscript" (default), "eager", "cuda_graph", "autotune" (or an
+        :class:`Autotune`: each gear timed on every candidate, served by the fastest), or a
         ``compile_fn(module, example_inputs: tuple) -> callable``.
       policy: "replan" (default), "adaptive" or "static".
       config: extra config sections merged into the config (e.g. ``{"adaptive": {...},
@@ -804,7 +805,8 @@ class GearedModule(torch.nn.Module):
       clock / start_time: "system" or "manual" (tests and replays drive it).
       serialize_compiles: run one compile at a time (tracing is memory- and CPU-heavy).
       artifact_store: a ``gearbox.FleetArtifactStore`` shared by the replicas of this model
-        (compiler "torchscript" only; its fingerprint from :func:`model_fingerprint`): a gear
+        (compilers "torchscript" and "autotune", whose per-gear choices it shares too; its
+        fingerprint from :func:`model_fingerprint`): a gear
         compiled off the request path (prewarm, warm(), load_plan, calibration) is looked up
         first and loaded instead of traced, or traced under the compile lease and stored; a gear
         compiled by a request's miss is traced here and stored later by a background thread.
