@@ -437,8 +437,8 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
                               : options_.adaptive.update_interval_seconds;
   // Compared as the schedule is built (the check after an update at `last`
   // comes at last + interval): `now - last >= interval` is false by one ulp
-  // for about half the values of `last`, which put that update off by a
-  // whole check interval.
+  // for some values of `last` (10.016438 + 60 - 10.016438 < 60), which put
+  // that update off by a whole check interval.
   if (now >= last + interval) return UpdateTrigger::kInterval;
   {
     MutexLock lock(&impl_->oom_mu);
