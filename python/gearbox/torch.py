@@ -475,6 +475,7 @@ _TUNING_FORMAT = "gearbox.torch tuning 1"
 _TUNING_MAX_BYTES = 4096
 _TUNABLE = {"torchscript": compile_torchscript, "eager": compile_eager}
 _CANDIDATE_NAME = re.compile(r"[a-z0-9_.-]{1,32}")
+_MAX_CANDIDATES = 16  # so a record (names of 32 characters) stays far below _TUNING_MAX_BYTES
 
 
 class Autotune:
@@ -484,7 +485,7 @@ class Autotune:
     median). The gear's compile seconds include the tuning (what the cost model should see).
 
     candidates: names from ``("torchscript", "eager")`` or a dict name -> ``compile_fn(module,
-      example_inputs) -> callable`` (names: 1..32 of ``[a-z0-9_.-]``), at least one.
+      example_inputs) -> callable`` (names: 1..32 of ``[a-z0-9_.-]``), 1..16 of them.
     runs: timed calls per candidate, 1..1000. warmup_runs: untimed calls first, 0..100.
 
     With an ``artifact_store`` the choice is shared (kind :data:`TUNING_KIND`, one per gear and
@@ -509,6 +510,9 @@ class Autotune:
                             f"compile_fn, got {type(candidates).__name__}")
         if not fns:
             raise ValueError("Autotune candidates: empty; at least one compiler")
+        if len(fns) > _MAX_CANDIDATES:
+            raise ValueError(f"Autotune candidates: {len(fns)} compilers, at most "
+                             f"{_MAX_CANDIDATES} (each is built and timed per gear)")
         for name, fn in fns.items():
             if not isinstance(name, str) or not _CANDIDATE_NAME.fullmatch(name):
                 raise ValueError(f"Autotune candidates: name {name!r} is not 1..32 characters of "
@@ -559,8 +563,8 @@ def decode_tuning(data: bytes, candidates: Sequence[str]) -> Dict[str, Any]:
         raise ValueError(f"tuning record: {len(data)} bytes, at most {_TUNING_MAX_BYTES}")
     try:
         record = json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"tuning record: not JSON ({e})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # deep nesting: RecursionError
+        raise ValueError(f"tuning record: not JSON ({type(e).__name__}: {e})") from None
     if not isinstance(record, dict):
         raise ValueError(f"tuning record: a JSON {type(record).__name__}, expected an object")
     want = {"format", "choice", "runs", "median_seconds"}
@@ -580,8 +584,14 @@ def decode_tuning(data: bytes, candidates: Sequence[str]) -> Dict[str, Any]:
                          f"{sorted(medians) if isinstance(medians, dict) else medians!r}, expected "
                          f"{sorted(candidates)}")
     for name, v in medians.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"tuning record: median_seconds[{name!r}] {v!r}, expected finite "
+        try:  # an int too large for a float raises OverflowError
+            ok = not isinstance(v, bool) and isinstance(v, (int, float)) and \
+                math.isfinite(float(v)) and v >= 0
+        except OverflowError:
+            ok = False
+        if not ok:
+            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "..."
+            raise ValueError(f"tuning record: median_seconds[{name!r}] {shown}, expected finite "
                              "seconds >= 0")
     return record
 
@@ -1175,6 +1185,8 @@ class GearedModule(torch.nn.Module):
             return measured["data"]
 
         failures = self._artifacts.counters()["store_failures"]
+        with self._lock:  # a torchscript candidate's own obtain warns of its store calls
+            warned = self._counts["artifact_store_errors"]
         try:
             got = self._artifacts.obtain(key, TUNING_KIND, build)
         except Exception as e:
@@ -1185,7 +1197,9 @@ class GearedModule(torch.nn.Module):
                                     f"tuning {key}: {type(e).__name__}: {e}; measuring it here")
                 return None, "measured"
             got = None
-        if self._artifacts.counters()["store_failures"] - failures:
+        with self._lock:
+            warned_inside = self._counts["artifact_store_errors"] != warned
+        if self._artifacts.counters()["store_failures"] - failures and not warned_inside:
             self._warn_artifact("artifact_store_errors",
                                 f"tuning {key}: store calls failed "
                                 f"({self._artifacts.store.describe()} down?)")

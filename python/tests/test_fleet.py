@@ -599,6 +599,9 @@ def test_a_torchscript_candidate_shares_its_traced_module_too(traces):
      b'"median_seconds":{"slow":1e999,"fast":0}}', r"median_seconds\['slow'\] inf"),
     (b" " * 5000, "5000 bytes, at most 4096"),
     (b"\xff\xfe", "not JSON"),
+    (b"[" * 2000, "not JSON.*RecursionError"),  # deep nesting within the size limit
+    (b'{"format":"gearbox.torch tuning 1","choice":"fast","runs":3,'
+     b'"median_seconds":{"slow":' + b"9" * 400 + b',"fast":0}}', r"median_seconds\['slow'\] 9+\.\.\."),
 ])
 def test_decode_tuning_rejects_what_is_not_a_record(bad, field):
     with pytest.raises(ValueError, match=field):
@@ -652,7 +655,22 @@ def test_a_corrupt_tuning_choice_is_refused_measured_again_and_replaced():
     gm.close()
 
 
-def test_a_store_that_is_down_tunes_here_with_a_warning():
+def test_a_record_that_would_crash_a_decoder_is_refused_and_replaced():
+    store = gearbox.InProcessFleetStore()
+    art = artifact_store(store, TinyEncoder(), "replica-1")
+    gm = tuned(art, Counted(0.02), Counted(0.0), dims={"batch": {"gears": [2]}, "seq": {"gears": [8]}})
+    art.put(gm.tuning_key((2, 8)), gtorch.TUNING_KIND, b"[" * 2000)
+    with pytest.warns(RuntimeWarning, match=r"refused \(tuning record: not JSON"):
+        gm.warm()
+    s = gm.summary()
+    assert (s["tunings"], s["artifact_rejects"], s["per_gear"]["2x8"]["choice"]) == (1, 1, "fast")
+    assert gm.wait_artifact_puts(30)
+    assert gtorch.decode_tuning(art.get(gm.tuning_key((2, 8)), gtorch.TUNING_KIND).bytes,
+                                ["slow", "fast"])["choice"] == "fast"
+    gm.close()
+
+
+def test_a_store_that_is_down_tunes_here_with_one_warning_per_gear():
     down = gearbox.InProcessFleetStore()
     down.set_available(False)
     slow, fast = Counted(0.02), Counted(0.0)
@@ -663,6 +681,14 @@ def test_a_store_that_is_down_tunes_here_with_a_warning():
     s = gm.summary()
     assert s["tunings"] == 1 and s["per_gear"]["2x8"]["choice"] == "fast"
     gm.close()
+    # With a torchscript candidate, whose own obtain warns of the store: one warning, not two.
+    ts = encoder(artifact_store(down, TinyEncoder(), "r2", log=lambda *a: None),
+                 dims={"batch": {"gears": [2]}, "seq": {"gears": [8]}},
+                 compiler=gtorch.Autotune(["torchscript", "eager"], runs=1, warmup_runs=0))
+    with pytest.warns(RuntimeWarning) as caught:
+        ts.warm()
+    assert ts.summary()["artifact_store_errors"] == 1, [str(w.message) for w in caught]
+    ts.close()
 
 
 def test_autotune_arguments_are_checked():
@@ -672,6 +698,12 @@ def test_autotune_arguments_are_checked():
         gtorch.Autotune(["eager", "eager"])
     with pytest.raises(ValueError, match="empty"):
         gtorch.Autotune({})
+    with pytest.raises(ValueError, match="17 compilers, at most 16"):
+        gtorch.Autotune({f"c{i}": gtorch.compile_eager for i in range(17)})
+    many = gtorch.Autotune({f"{i:02d}" + "x" * 30: gtorch.compile_eager for i in range(16)})
+    longest = gtorch.encode_tuning(next(iter(many.candidates)),
+                                   {n: 1e300 for n in many.candidates}, 1000)
+    assert gtorch.decode_tuning(longest, list(many.candidates))["runs"] == 1000  # fits
     with pytest.raises(ValueError, match="name 'Bad Name'"):
         gtorch.Autotune({"Bad Name": gtorch.compile_eager})
     with pytest.raises(TypeError, match="'x' maps to int"):
