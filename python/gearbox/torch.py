@@ -63,6 +63,7 @@ __all__ = [
     "ARTIFACT_KIND",
     "TUNING_KIND",
     "Autotune",
+    "encode_tuning",
     "decode_tuning",
 ]
 
@@ -473,7 +474,7 @@ COMPILERS = ("torchscript", "eager", "cuda_graph", "autotune")
 TUNING_KIND = "tuning"
 _TUNING_FORMAT = "gearbox.torch tuning 1"
 _TUNING_MAX_BYTES = 4096
-_TUNABLE = {"torchscript": compile_torchscript, "eager": compile_eager}
+_AUTOTUNE_CANDIDATES = {"torchscript": compile_torchscript, "eager": compile_eager}
 _CANDIDATE_NAME = re.compile(r"[a-z0-9_.-]{1,32}")
 _MAX_CANDIDATES = 16  # so a record (names of 32 characters) stays far below _TUNING_MAX_BYTES
 
@@ -499,10 +500,10 @@ class Autotune:
             fns = dict(candidates)
         elif isinstance(candidates, (list, tuple)):
             for c in candidates:
-                if c not in _TUNABLE:
-                    raise ValueError(f"Autotune candidates: {c!r} is not one of {list(_TUNABLE)} "
+                if c not in _AUTOTUNE_CANDIDATES:
+                    raise ValueError(f"Autotune candidates: {c!r} is not one of {list(_AUTOTUNE_CANDIDATES)} "
                                      "(or pass a dict name -> compile_fn)")
-            fns = {c: _TUNABLE[c] for c in candidates}
+            fns = {c: _AUTOTUNE_CANDIDATES[c] for c in candidates}
             if len(fns) != len(candidates):
                 raise ValueError(f"Autotune candidates: {list(candidates)} names one twice")
         else:
@@ -526,7 +527,6 @@ class Autotune:
                 raise ValueError(f"Autotune {field}: {value!r}, expected an int in [{low}, {high}]")
         self.candidates: Dict[str, Callable] = fns
         self.runs, self.warmup_runs = runs, warmup_runs
-        self.__name__ = "autotune"
 
     def __repr__(self) -> str:
         return (f"Autotune(candidates={list(self.candidates)}, runs={self.runs}, "
@@ -843,6 +843,9 @@ class GearedModule(torch.nn.Module):
             raise TypeError(f"inputs: expected a dict name -> spec, got {type(inputs).__name__}")
         self.module = module
         self.compiler_name, self._compile_fn = _resolve_compiler(compiler, module)
+        # Autotune: the machine class its tuning keys name, read once (not on a request's miss).
+        self._machine_class = (_machine_class(list(self._compile_fn.candidates))
+                               if isinstance(self._compile_fn, Autotune) else None)
         if artifact_store is not None:
             if not isinstance(artifact_store, _gb.FleetArtifactStore):
                 raise TypeError("artifact_store: expected a gearbox.FleetArtifactStore, got "
@@ -1122,12 +1125,13 @@ class GearedModule(torch.nn.Module):
 
     def tuning_key(self, gear: Sequence[int]) -> str:
         """The gear key of this gear's tuning choice in the store: :meth:`artifact_key` and a
-        digest of the machine class (CPU model, CPU count, torch threads) and the candidates,
-        so only a replica whose timings would agree reads the choice (compiler "autotune")."""
+        digest of the machine class (CPU model, CPU count, torch threads, as at construction)
+        and the candidates, so only a replica whose timings would agree reads the choice
+        (compiler "autotune")."""
         if not isinstance(self._compile_fn, Autotune):
             raise RuntimeError(f"tuning_key: compiler {self.compiler_name!r} does not tune; "
                                "only 'autotune' does")
-        return f"{self.artifact_key(gear)}.{_machine_class(list(self._compile_fn.candidates))}"
+        return f"{self.artifact_key(gear)}.{self._machine_class}"
 
     def _tune(self, gear: Gear, examples: Tuple[torch.Tensor, ...], meter: List[Any],
               from_request: bool) -> CompiledGear:
