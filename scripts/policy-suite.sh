@@ -9,11 +9,14 @@
 # lifetime and of its drift agreement. Writes the same figures as JSON (--output, default
 # out/policy-suite.json).
 #
-#   scripts/policy-suite.sh [--quick] [--output FILE] [--jobs N] [--keep DIR]
+#   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--output FILE] [--jobs N] [--keep DIR]
 #
 # --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
 # three of them, 3-value grids (about 15 s on 2 cores);
-# otherwise every scenario at its own length (about 2.5 minutes on 2 cores).
+# otherwise every scenario at its own length (1 to 2.5 minutes a seed on 2 cores).
+# --seeds: the scenarios drawn with each of these seeds (default 1; the
+# policy was developed on seed 1, so other seeds are draws it has not seen);
+# a scenario of seed S other than 1 is named SCENARIO-sS in the tables.
 # BUILD_DIR (default build) holds the gearbox tool; it is built when missing
 # or out of date. OMP_NUM_THREADS defaults to 1.
 set -euo pipefail
@@ -23,17 +26,24 @@ QUICK=0
 OUTPUT=out/policy-suite.json
 JOBS=2
 KEEP=""
+SEEDS=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
     --output) OUTPUT="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-    *) echo "policy-suite.sh: unknown argument \"$1\"; --quick, --output FILE, --jobs N, --keep DIR" >&2
+    --seeds) SEEDS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "policy-suite.sh: unknown argument \"$1\"; --quick, --seeds S1,S2,..., --output FILE, --jobs N, --keep DIR" >&2
        exit 2 ;;
   esac
 done
+
+if [[ ! $SEEDS =~ ^[0-9]+(,[0-9]+)*$ ]]; then
+  echo "policy-suite.sh: --seeds \"$SEEDS\": expected seeds (non-negative integers) separated by commas, e.g. 1,2,3" >&2
+  exit 2
+fi
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 BUILD_DIR=${BUILD_DIR:-build}
@@ -75,14 +85,16 @@ fi
 # at each run's graph count; (prefill) replan at each lifetime of the grid.
 job() {
   set -euo pipefail
-  local name=$1 kind=$2 view=$3
+  local scenario=$1 kind=$2 view=$3 seed=${4:-1}
+  local name=$scenario
+  [[ $seed == 1 ]] || name="$scenario-s$seed"
   local trace="$WORK/$name.$view.csv" base="$WORK/$name.$view"
   if [[ $kind == real ]]; then
     "$GEARBOX" trace convert --format azure --view "$view" \
       --input data/AzureLLMInferenceTrace_conv.csv --output "$trace" 2>/dev/null
   else
     # shellcheck disable=SC2086
-    "$GEARBOX" trace synth --scenario "$name" --seed 1 $HOURS --view "$view" --output "$trace" 2>/dev/null
+    "$GEARBOX" trace synth --scenario "$scenario" --seed "$seed" $HOURS --view "$view" --output "$trace" 2>/dev/null
   fi
   echo "$kind" >"$WORK/$name.kind"
   local config=data/configs/${view}_times.json
@@ -117,8 +129,10 @@ export WORK GEARBOX PY HELPER HOURS GRIDS
 {
   echo "azure-conv real prefill"
   echo "azure-conv real decode"
-  for s in $SCENARIOS; do echo "$s scenario prefill"; done
-  for s in $DECODE; do echo "$s scenario decode"; done
+  for seed in ${SEEDS//,/ }; do
+    for s in $SCENARIOS; do echo "$s scenario prefill $seed"; done
+    for s in $DECODE; do echo "$s scenario decode $seed"; done
+  done
 } | xargs -P "$JOBS" -L 1 bash -c 'job "$@"' _
 
 mkdir -p "$(dirname "$OUTPUT")"

@@ -279,6 +279,28 @@ TEST(ReplanDecision, RespectsTheLifetimeOfGearsItAdded) {
               HasSubstr("gear 100 was added less than min_gear_lifetime_seconds ago"));
 }
 
+TEST(ReplanDecision, AGearThatCameBackStaysForItsLifetimeWhileIdle) {
+  // Gear 100 came back within an hour of its eviction (a recurring burst)
+  // and is idle now: evicting it again would be its second cycle within the
+  // hour, so its lifetime protects it although the window brought it
+  // nothing. Past its lifetime, or never evicted before, an idle gear goes.
+  const std::vector<WeightedSize> sizes = {{1024, 500.0}};
+  Window returned = MakeWindow({{100, 0, kNow - 600, false}, {1024, 500, 0}}, sizes);
+  returned.stats.dimensions[0].gears[0].readded = true;
+  const UpdateDecision kept = Decide(returned);
+  EXPECT_THAT(kept.next_gears[0], ElementsAre(100, 1024));
+  EXPECT_FALSE(kept.changed);
+  ASSERT_EQ(kept.record.declined.size(), 1u);
+  EXPECT_THAT(kept.record.declined[0].reason,
+              HasSubstr("gear 100 came back after an eviction less than "
+                        "min_gear_lifetime_seconds ago (idle now: its traffic recurs)"));
+  Window old = MakeWindow({{100, 0, kNow - 3000, false}, {1024, 500, 0}}, sizes);
+  old.stats.dimensions[0].gears[0].readded = true;
+  EXPECT_THAT(Decide(old).removed[0], ElementsAre(100));
+  const Window first_life = MakeWindow({{100, 0, kNow - 600, false}, {1024, 500, 0}}, sizes);
+  EXPECT_THAT(Decide(first_life).removed[0], ElementsAre(100));
+}
+
 TEST(ReplanDecision, AGearRemovedWithinTheCooldownNeedsTwiceTheGain) {
   // 500 requests of 1000 gain 5.3 s: enough for a new gear (3 s), not for
   // one removed 600 s ago (6 s).

@@ -12,12 +12,14 @@
 #include "gearbox/replan_policy.h"
 #include "src/stats/gear_window.h"
 #include "src/stats/size_drift.h"
+#include "src/stats/window_store.h"
 
 namespace gearbox {
 namespace {
 
 using internal::GearWindow;
 using internal::WindowGeometry;
+using internal::WindowStore;
 
 TEST(RawSampleHistogram, ExactBelow256) {
   for (int64_t v = 1; v < 256; ++v) {
@@ -266,6 +268,27 @@ TEST(SizeDrift, TheBinsOfTwoHalvesAddUpToTheWholesEstimate) {
   EXPECT_EQ(EstimateSizeDrift(merged, 60.0, now + 3600).bins, 0);
   EXPECT_EQ(EstimateSizeDrift(merged, 0.0, now).bins, 0);
   EXPECT_EQ(EstimateSizeDrift(merged, 60.0, std::nan("")).bins, 0);
+}
+
+TEST(WindowStore, AGearAddedAgainWithinAnHourOfItsEvictionIsMarkedReadded) {
+  const GearSet gears = *GearSet::Create({{"SEQLEN", {64, 128}, false, false}});
+  WindowStore store(gears, AdaptiveOptions{}, 0.0);
+  const GearSet with_100 = *GearSet::Create({{"SEQLEN", {64, 100, 128}, false, false}});
+  auto readded = [&](double now) {
+    const WindowStats stats = store.Summarize(now, with_100);
+    for (const GearStats& g : stats.dimensions[0].gears)
+      if (g.gear == 100) return g.readded;
+    ADD_FAILURE() << "no gear 100";
+    return false;
+  };
+  store.ApplyCommit({{}}, {{100}}, 10.0);
+  EXPECT_FALSE(readded(10.0));  // its first life
+  store.ApplyCommit({{100}}, {{}}, 20.0);
+  store.ApplyCommit({{}}, {{100}}, 30.0);
+  EXPECT_TRUE(readded(30.0));  // back 10 s after its eviction
+  store.ApplyCommit({{100}}, {{}}, 40.0);
+  store.ApplyCommit({{}}, {{100}}, 40.0 + 3700.0);
+  EXPECT_FALSE(readded(3740.0));  // back more than an hour after it: a new life
 }
 
 }  // namespace

@@ -36,8 +36,9 @@ struct ReplanOptions {
   // horizon: its memory, its slot). Between the two, nothing moves.
   double min_gain_ratio = 1.5;
   double gear_holding_seconds = 1.0;
-  // A gear the policy added (that still carries traffic) is not removed
-  // within this many seconds, unless memory is high: noise cannot flap it.
+  // A gear the policy added (that still carries traffic, or that came back
+  // after an eviction: GearStats::readded) is not removed within this many
+  // seconds, unless memory is high: noise cannot flap it.
   // Forty minutes (eight windows): long enough that no gear was added and
   // evicted twice within an hour in any replay, short enough that gears
   // planned before a shift give their slots back within the hour

@@ -109,6 +109,11 @@ struct GearStats {
   // the gear in the window, but the fleet's merged window has sizes in its
   // range (above the next gear below, up to it).
   bool fleet_traffic = false;
+  // The gear came back within an hour of its eviction (it was among
+  // DimensionStats::recently_removed when an update added it again): its
+  // traffic recurs, so the replan policy keeps it for its lifetime even
+  // while it is idle (docs/POLICY.md, "One update, per dimension").
+  bool readded = false;
 
   // The window brought the gear traffic: a request here, or the fleet's.
   bool carries_traffic() const { return sample_count > 0 || fleet_traffic; }

@@ -607,6 +607,8 @@ class PyRuntime {
         gd["median_raw"] = g.raw_samples.Median();
         gd["created_ts"] = g.created_ts;
         gd["initial"] = g.initial;
+        gd["readded"] = g.readded;
+        gd["fleet_traffic"] = g.fleet_traffic;
         gd["last_hit_ts"] = g.last_hit_ts;
         gears.append(gd);
       }

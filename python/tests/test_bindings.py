@@ -207,6 +207,18 @@ def test_commit_update_validates_first(rt):
     assert rt.last_update()["removed"] == {"BATCHSIZE": [2, 4], "SEQLEN": [16, 32]}
 
 
+def test_stats_mark_a_gear_that_came_back_after_its_eviction(rt):
+    rt.commit_update([[1, 2, 4, 8, 6], [16, 32, 64]])
+    rt.set_time(10.0)
+    rt.commit_update([[1, 2, 4, 8], [16, 32, 64]])  # 6 evicted
+    rt.set_time(20.0)
+    rt.commit_update([[1, 2, 4, 6, 8], [16, 32, 64]])  # ... and back
+    gears = {g["gear"]: g for g in rt.stats(now=20.0)["dimensions"][0]["gears"]}
+    assert gears[6]["readded"] and gears[6]["created_ts"] == 20.0
+    assert not gears[6]["initial"] and not gears[6]["fleet_traffic"]
+    assert not gears[8]["readded"] and gears[8]["initial"]
+
+
 def test_manual_clock(rt):
     assert rt.now() == 0.0
     rt.set_time(10.0)

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "src/common/errors.h"
@@ -118,9 +119,13 @@ class DimensionReplanner {
         removed_at_(ds.recently_removed.begin(), ds.recently_removed.end()) {
     // Gears this policy added, and when: protected for min_gear_lifetime
     // seconds unless the window brought them no traffic at all (removing an
-    // unused gear is not churn). The initial gears are not protected.
+    // unused gear is not churn), but a gear that came back after its
+    // eviction is protected idle too: its traffic recurs (a burst), and
+    // evicting it again would cycle it. The initial gears are not protected.
     for (const GearStats& g : ds.gears) {
-      if (!g.initial && g.carries_traffic()) created_[g.gear] = g.created_ts;
+      if (g.initial || !(g.carries_traffic() || g.readded)) continue;
+      created_[g.gear] = g.created_ts;
+      if (!g.carries_traffic()) recurring_.insert(g.gear);
     }
   }
 
@@ -312,8 +317,13 @@ class DimensionReplanner {
             add ? cost_.compile : 0.0,
             ThresholdFor(add),
             ""};
-    if (remove && Young(remove))
-      mv.why_not = Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
+    if (remove && Young(remove)) {
+      mv.why_not = recurring_.count(remove)
+                       ? Cat("gear ", remove,
+                             " came back after an eviction less than min_gear_lifetime_seconds "
+                             "ago (idle now: its traffic recurs)")
+                       : Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
+    }
     if (add && !remove && static_cast<int>(set_.size()) >= AdditionCap()) {
       mv.why_not = AdditionCap() < adaptive_.max_gears_per_type
                        ? Cat("the dimension is at its share of replan.max_graphs (", AdditionCap(),
@@ -487,6 +497,7 @@ class DimensionReplanner {
   std::vector<int64_t> set_;
   std::map<int64_t, double> removed_at_;
   std::map<int64_t, double> created_;
+  std::set<int64_t> recurring_;  // idle young gears protected because they came back
   int changes_ = 0;
   int64_t budget_ = 0;  // net additions allowed while memory is high (none beyond removals)
 };

@@ -185,6 +185,7 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with
       }
       ds.gears.push_back(state->window.Summarize(now, geometry_));
       ds.gears.back().initial = state->initial;
+      ds.gears.back().readded = state->readded;
     }
     FinalizeDimensionStats(&ds);
   }
@@ -248,10 +249,11 @@ std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int
     }
     if (d < added.size()) {
       for (int64_t gear : added[d]) {
-        removed_[d].erase(gear);
+        const bool readded = removed_[d].erase(gear) > 0;
         if (dimensions_[d].Find(gear) == nullptr) {
-          dimensions_[d].Insert(
-              gear, std::make_unique<GearState>(gear, now, /*from_start=*/false, geometry_));
+          dimensions_[d]
+              .Insert(gear, std::make_unique<GearState>(gear, now, /*from_start=*/false, geometry_))
+              ->readded = readded;
         }
       }
     }

@@ -71,7 +71,8 @@ class WindowStore {
     GearState(int64_t gear, double created, bool from_start, const WindowGeometry& geometry)
         : window(gear, created, geometry), initial(from_start) {}
     GearWindow window;
-    bool initial;  // part of the runtime's initial gear set
+    bool initial;          // part of the runtime's initial gear set
+    bool readded = false;  // added again within an hour of its eviction (GearStats::readded)
     std::unordered_set<GraphKey> cleanup_keys;
   };
   // Ascending by gear (at most kMaxGearsPerDimension): a binary search beats
