@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -11,7 +12,10 @@
 namespace gearbox {
 namespace {
 
+using ::testing::Contains;
+using ::testing::Each;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 struct Replanned {
   ManualClock clock{0};
@@ -438,6 +442,71 @@ TEST(ReplanGraphBudget, JointCombinationsStayWithinMaxGraphs) {
     EXPECT_LE(rec.combinations_after.size(), 12u) << "update " << update;
   }
   EXPECT_LE(r.rt->GetSnapshot()->combinations().size(), 12u);
+}
+
+// ---- Between updates: the combinations (combination_interval_seconds) ----
+
+TEST(ReplanCombinations, BetweenUpdatesACellWithTrafficIsCompiledAndNoGearMoves) {
+  ReplanOptions o;
+  o.max_graphs = 40;
+  o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  Replanned2D r(o, GearScheme::kSparse);
+  EXPECT_EQ(r.rt->CheckIntervalSeconds(), 10.0);  // warmup_check_seconds, before the first update
+  const UpdateRecord first = r.Run(60, 20);
+  ASSERT_EQ(first.trigger, UpdateTrigger::kManual);
+  // Sparse: the worker now looks every 10 s (check_interval_seconds is 60).
+  EXPECT_EQ(r.rt->CheckIntervalSeconds(), 10.0);
+  EXPECT_EQ(r.rt->CheckTrigger(60 + 5), std::nullopt);
+  EXPECT_EQ(r.rt->CheckTrigger(60 + 10), UpdateTrigger::kCombinations);
+  EXPECT_EQ(r.rt->CheckTrigger(60 + 60), UpdateTrigger::kInterval);
+  // A cell of the grid that no combination serves starts carrying traffic.
+  SnapshotRef snap = r.rt->GetSnapshot();
+  const std::vector<GearCombination>& compiled = snap->combinations();
+  std::optional<GearCombination> idle;
+  for (int64_t b : snap->gears(0)) {
+    for (int64_t s : snap->gears(1)) {
+      const bool has =
+          std::find(compiled.begin(), compiled.end(), GearCombination{b, s}) != compiled.end();
+      if (!has && b >= 8 && s >= 256 && !idle) idle = GearCombination{b, s};
+    }
+  }
+  ASSERT_TRUE(idle.has_value()) << "every cell of the grid is compiled";
+  Plan plan;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(MakePlan(*snap, *idle, &plan).ok());
+    EXPECT_TRUE(plan.any_uncompiled());
+    r.rt->RecordPlan(plan, 60 + i * 0.05);
+  }
+  const UpdateRecord look = *r.rt->RunOnce(70, UpdateTrigger::kCombinations);
+  EXPECT_EQ(look.trigger, UpdateTrigger::kCombinations);
+  EXPECT_THAT(look.added, Each(IsEmpty()));  // the grid stays
+  EXPECT_THAT(look.removed, Each(IsEmpty()));
+  EXPECT_THAT(look.combinations_added, Contains(*idle));
+  ASSERT_TRUE(MakePlan(*r.rt->GetSnapshot(), *idle, &plan).ok());
+  EXPECT_FALSE(plan.any_uncompiled());
+  // The look left the next update where it was, and the next look 10 s on.
+  EXPECT_EQ(r.rt->CheckTrigger(75), std::nullopt);
+  EXPECT_EQ(r.rt->CheckTrigger(80), UpdateTrigger::kCombinations);
+  EXPECT_EQ(r.rt->CheckTrigger(120), UpdateTrigger::kInterval);
+}
+
+TEST(ReplanCombinations, IndependentSetsAndAZeroIntervalNeverLook) {
+  ReplanOptions o;
+  o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  Replanned2D independent(o, GearScheme::kIndependent);
+  independent.Run(60, 20);
+  EXPECT_EQ(independent.rt->CheckIntervalSeconds(), 60.0);
+  EXPECT_EQ(independent.rt->CheckTrigger(70), std::nullopt);
+  o.combination_interval_seconds = 0;
+  Replanned2D off(o, GearScheme::kJoint);
+  off.Run(60, 20);
+  EXPECT_EQ(off.rt->CheckIntervalSeconds(), 60.0);
+  EXPECT_EQ(off.rt->CheckTrigger(110), std::nullopt);
+  EXPECT_EQ(off.rt->CheckTrigger(120), UpdateTrigger::kInterval);
+  // The option is validated: 0 or at least a millisecond.
+  o.combination_interval_seconds = 1e-9;
+  EXPECT_THAT(ValidateReplanOptions(o).message(),
+              HasSubstr("replan.combination_interval_seconds: 1e-09"));
 }
 
 }  // namespace

@@ -78,6 +78,14 @@ struct ReplanOptions {
   // on a graph of its exact size.
   int max_combinations = 256;
   double uncompiled_slowdown = 2.0;
+  // Joint and sparse gear sets: between two updates (update_interval_seconds)
+  // the worker looks this often for traffic the compiled combinations do not
+  // serve and decides the combinations on the current grid as an update
+  // would (ReplanScope::kCombinations: no gear moves), so a cell that starts
+  // carrying traffic runs uncompiled for seconds, not a whole update
+  // interval: the worker's cadence before the first update
+  // (warmup_check_seconds). 0: only at updates. Seconds, 0 or >= 0.001.
+  double combination_interval_seconds = 10.0;
   // The most compiled graphs the policy plans for one model, whatever the
   // scheme: independent, the product of the dimensions' gear counts (every
   // combination may compile); joint and sparse, the compiled combinations
@@ -90,12 +98,21 @@ struct ReplanOptions {
 
 GEARBOX_EXPORT absl::Status ValidateReplanOptions(const ReplanOptions& options);
 
+// What one replan update may change: the gears and then the combinations
+// (an update), or on a joint or sparse set only its combinations on the
+// current grid (between updates: combination_interval_seconds).
+enum class ReplanScope {
+  kGearsAndCombinations,
+  kCombinations,
+};
+
 // Pure, like DecideUpdate. `stats` must carry each dimension's weighted
 // sizes (WindowStats::dimensions[d].sizes).
 GEARBOX_EXPORT UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
                                            const MemoryState& memory,
                                            const AdaptiveOptions& adaptive,
-                                           const ReplanOptions& options, double now);
+                                           const ReplanOptions& options, double now,
+                                           ReplanScope scope = ReplanScope::kGearsAndCombinations);
 
 }  // namespace gearbox
 

@@ -157,13 +157,19 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
   double Now() const { return clock_->NowSeconds(); }
 
   // ---- update path ----
-  // What the worker's check would do at `now`: nullopt, kInterval or kMemory.
+  // What the worker's check would do at `now`: nullopt, kInterval, kMemory,
+  // or (replan, joint and sparse sets) kCombinations.
   std::optional<UpdateTrigger> CheckTrigger(double now);
   // Seconds from one check to the next: check_interval_seconds, or, with
   // the replan policy before its first update, replan.warmup_check_seconds
-  // (so the first plan comes soon after enough traffic, not a minute later).
+  // (so the first plan comes soon after enough traffic, not a minute later),
+  // and after it on a joint or sparse set replan.combination_interval_seconds
+  // (each at most check_interval_seconds).
   double CheckIntervalSeconds() const;
   // One update at `now` (the seed's run_once). Always returns a record.
+  // kCombinations: under the replan policy only the combinations of a joint
+  // or sparse set may change (ReplanScope::kCombinations), and the next
+  // update stays due where it was.
   absl::StatusOr<UpdateRecord> RunOnce(double now, UpdateTrigger trigger = UpdateTrigger::kManual);
   // Window statistics at `now` (folds pending events first).
   WindowStats BuildStatsSnapshot(double now);

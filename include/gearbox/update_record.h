@@ -23,6 +23,10 @@ enum class UpdateTrigger {
   kManual,    // RunOnce called directly (tests, tools, operators)
   kInterval,  // update_interval_seconds passed since the last update
   kMemory,    // memory usage at or above the threshold
+  // Joint and sparse gear sets under the replan policy: between updates,
+  // ReplanOptions::combination_interval_seconds passed since the last look
+  // (compiles combinations on the current grid; no gear moves).
+  kCombinations,
 };
 GEARBOX_EXPORT std::string_view TriggerName(UpdateTrigger trigger);
 

@@ -423,9 +423,12 @@ class PyRuntime {
       t = UpdateTrigger::kInterval;
     } else if (trigger == "memory") {
       t = UpdateTrigger::kMemory;
+    } else if (trigger == "combinations") {
+      t = UpdateTrigger::kCombinations;
     } else if (trigger != "manual") {
       throw py::value_error("trigger: \"" + trigger +
-                            "\" is not allowed; \"manual\", \"interval\" or \"memory\"");
+                            "\" is not allowed; \"manual\", \"interval\", \"memory\" or "
+                            "\"combinations\"");
     }
     const double time = TimeOr(*s, now);
     absl::StatusOr<UpdateRecord> record;
@@ -864,8 +867,9 @@ void BindRuntimeClass(py::module_& m) {
       .def("run_once", &PyRuntime::RunOnce, py::arg("now") = py::none(),
            py::arg("trigger") = "manual",
            "One update at now (default: the clock's time); returns the update record as a dict "
-           "(the --decisions JSON line's keys). trigger: \"manual\", \"interval\" or "
-           "\"memory\".")
+           "(the --decisions JSON line's keys). trigger: \"manual\", \"interval\", \"memory\" "
+           "or \"combinations\" (replan, joint and sparse sets: only the combinations on the "
+           "current grid may change).")
       .def("commit_update", &PyRuntime::CommitUpdate, py::arg("gears"), py::arg("now") = py::none(),
            "Replaces the gear lists (one list per dimension), as an operator would; returns "
            "the update record. ValueError on invalid gears (nothing changes).")

@@ -207,6 +207,23 @@ def test_commit_update_validates_first(rt):
     assert rt.last_update()["removed"] == {"BATCHSIZE": [2, 4], "SEQLEN": [16, 32]}
 
 
+def test_a_look_at_the_combinations_moves_no_gear():
+    # Sparse, only (8, 64) compiled; 200 requests of cell (4, 32) run uncompiled.
+    config = dict(TWO_DIMS, scheme="sparse", combinations=[[8, 64]])
+    with gearbox.Runtime(config, policy="replan", clock="manual") as rt:
+        before = rt.snapshot().gears
+        for i in range(200):
+            rt.set_time(i * 0.05)
+            rt.record(rt.plan([4, 32]))
+        record = rt.run_once(now=10.0, trigger="combinations")
+        assert record["trigger"] == "combinations"
+        assert rt.snapshot().gears == before
+        assert record["combinations_added"] == [[4, 32]]
+        assert rt.snapshot().combinations == [(4, 32), (8, 64)]
+        with pytest.raises(ValueError, match=r'trigger: "sometimes" is not allowed.*"combinations"'):
+            rt.run_once(trigger="sometimes")
+
+
 def test_stats_mark_a_gear_that_came_back_after_its_eviction(rt):
     rt.commit_update([[1, 2, 4, 8, 6], [16, 32, 64]])
     rt.set_time(10.0)

@@ -268,6 +268,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"min_window_weight", &o->min_window_weight},
       {"update_interval_seconds", &o->update_interval_seconds},
       {"warmup_check_seconds", &o->warmup_check_seconds},
+      {"combination_interval_seconds", &o->combination_interval_seconds},
       {"uncompiled_slowdown", &o->uncompiled_slowdown},
   };
   struct IntKey {

@@ -379,6 +379,8 @@ std::string_view TriggerName(UpdateTrigger trigger) {
       return "interval";
     case UpdateTrigger::kMemory:
       return "memory";
+    case UpdateTrigger::kCombinations:
+      return "combinations";
   }
   return "unknown";
 }

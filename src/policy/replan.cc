@@ -92,8 +92,18 @@ std::vector<int> GearCapsOf(const GearSet& gears, const WindowStats& stats,
 
 UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
                             const MemoryState& memory, const AdaptiveOptions& adaptive,
-                            const ReplanOptions& o, double now) {
+                            const ReplanOptions& o, double now, ReplanScope scope) {
   UpdateDecision out = StartFromTheSeedRecord(gears, stats, memory, adaptive, now);
+  if (scope == ReplanScope::kCombinations) {
+    // The grid stays; only which of its cells are compiled may change.
+    for (int d = 0; d < gears.num_dimensions(); ++d)
+      out.next_gears[d].assign(gears.gears(d).begin(), gears.gears(d).end());
+    if (gears.scheme() != GearScheme::kIndependent) {
+      internal::DecideCombinations(gears, stats, memory, adaptive, o, now, &out);
+    }
+    Finish(gears, &out);
+    return out;
+  }
   // 1. Each dimension's gears (the grid), priced as its gears' combinations
   // with the others.
   const std::vector<internal::DimensionCost> costs = internal::CostPerDimension(gears, stats, o);

@@ -39,6 +39,12 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
     return internal::InvalidFieldValue("replan.max_graphs", o.max_graphs,
                                        "an integer in [1, 65536]");
   }
+  if (!(o.combination_interval_seconds == 0 || (std::isfinite(o.combination_interval_seconds) &&
+                                                o.combination_interval_seconds >= 0.001))) {
+    return internal::InvalidFieldValue(
+        "replan.combination_interval_seconds", o.combination_interval_seconds,
+        "0 (only at updates) or a finite number of seconds >= 0.001");
+  }
   if (!(std::isfinite(o.warmup_check_seconds) && o.warmup_check_seconds > 0)) {
     return internal::InvalidFieldValue("replan.warmup_check_seconds", o.warmup_check_seconds,
                                        "a finite number of seconds > 0");

@@ -43,7 +43,8 @@ void RecordCombinations(const GearSet& before, const GearSet& after, UpdateRecor
 //  - events: appended by request threads into their own ring (lock-free,
 //    single producer each); drained only under stats_mu (single consumer).
 //  - window, fold counters: under stats_mu.
-//  - sequence, last_update_time, dropped_at_last_update: under commit_mu.
+//  - sequence, last_update_time, last_any_update_time, dropped_at_last_update:
+//    under commit_mu.
 //  - last_record: under record_mu (leaf lock).
 // Lock order: commit_mu -> stats_mu; record_mu is a leaf; listeners_mu is
 // taken outside the others (listeners may take their own locks and the pool's).
@@ -63,6 +64,7 @@ class AdaptiveGearRuntime::Impl {
       : snapshots(initial),
         events(initial.num_dimensions(), options.event_buffer_events),
         last_update_time(now),
+        last_any_update_time(now),
         replan_cost(options.replan.cost),
         policy(options.policy),
         window(initial, options.adaptive, now),
@@ -73,7 +75,8 @@ class AdaptiveGearRuntime::Impl {
 
   Mutex commit_mu;
   uint64_t sequence ABSL_GUARDED_BY(commit_mu) = 0;
-  double last_update_time ABSL_GUARDED_BY(commit_mu);
+  double last_update_time ABSL_GUARDED_BY(commit_mu);      // of the last update (not kCombinations)
+  double last_any_update_time ABSL_GUARDED_BY(commit_mu);  // of the last update of any kind
   // The replan policy's cost model: options.replan.cost until
   // SetReplanCostModel replaces it (measured compile times, say).
   GearCostModel replan_cost ABSL_GUARDED_BY(commit_mu);
@@ -419,10 +422,12 @@ MemoryState AdaptiveGearRuntime::ReadMemory() {
 
 std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
   double last;
+  double last_any;
   uint64_t sequence;
   {
     MutexLock lock(&impl_->commit_mu);
     last = impl_->last_update_time;
+    last_any = impl_->last_any_update_time;
     sequence = impl_->sequence;
   }
   // The replan policy's first plan comes as soon as the window holds enough
@@ -450,18 +455,27 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
                       *memory.bytes_in_use > memory.budget_bytes)) {
     return UpdateTrigger::kMemory;
   }
+  // Joint and sparse sets: a look at the combinations between updates.
+  const double look = options_.replan.combination_interval_seconds;
+  if (policy == UpdatePolicy::kReplan && sequence > 0 && look > 0 && now >= last_any + look &&
+      GetSnapshot()->scheme() != GearScheme::kIndependent) {
+    return UpdateTrigger::kCombinations;
+  }
   return std::nullopt;
 }
 
 double AdaptiveGearRuntime::CheckIntervalSeconds() const {
+  const double check = options_.adaptive.check_interval_seconds;
   if (impl_->policy.load(std::memory_order_acquire) == UpdatePolicy::kReplan) {
-    MutexLock lock(&impl_->commit_mu);
-    if (impl_->sequence == 0) {
-      return std::min(options_.replan.warmup_check_seconds,
-                      options_.adaptive.check_interval_seconds);
+    {
+      MutexLock lock(&impl_->commit_mu);
+      if (impl_->sequence == 0) return std::min(options_.replan.warmup_check_seconds, check);
     }
+    const double look = options_.replan.combination_interval_seconds;
+    if (look > 0 && GetSnapshot()->scheme() != GearScheme::kIndependent)
+      return std::min(look, check);
   }
-  return options_.adaptive.check_interval_seconds;
+  return check;
 }
 
 WindowStats AdaptiveGearRuntime::BuildStatsSnapshot(double now) {
@@ -525,6 +539,9 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     }
     if (!out_of_memory.empty()) memory.high = true;
     UpdateDecision decision;
+    // The replan policy's look at the combinations alone (any other policy
+    // runs its whole update whatever the trigger).
+    const bool look = trigger == UpdateTrigger::kCombinations && policy == UpdatePolicy::kReplan;
     switch (policy) {
       case UpdatePolicy::kStatic:
         decision = DecideStatic(*current, memory, now);
@@ -535,7 +552,9 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
       case UpdatePolicy::kReplan: {
         ReplanOptions replan = options_.replan;
         replan.cost = impl_->replan_cost;
-        decision = DecideReplan(*current, stats, memory, options_.adaptive, replan, now);
+        decision =
+            DecideReplan(*current, stats, memory, options_.adaptive, replan, now,
+                         look ? ReplanScope::kCombinations : ReplanScope::kGearsAndCombinations);
         break;
       }
     }
@@ -575,7 +594,9 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     if (next.has_value()) impl_->snapshots.Publish(*std::move(next));
     record.cleanup_keys = released.size();
     impl_->sequence = record.sequence;
-    impl_->last_update_time = now;
+    // A look at the combinations leaves the next update where it was.
+    if (!look) impl_->last_update_time = now;
+    impl_->last_any_update_time = now;
   }
   // Outside every lock: release evicted graphs, free superseded snapshots.
   if (!released.empty()) {
