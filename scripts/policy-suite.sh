@@ -40,10 +40,17 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-if [[ ! $SEEDS =~ ^[0-9]+(,[0-9]+)*$ ]]; then
-  echo "policy-suite.sh: --seeds \"$SEEDS\": expected seeds (non-negative integers) separated by commas, e.g. 1,2,3" >&2
+if [[ ! $SEEDS =~ ^[0-9]{1,18}(,[0-9]{1,18})*$ ]]; then
+  echo "policy-suite.sh: --seeds \"$SEEDS\": expected seeds (integers of at most 18 digits) separated by commas, e.g. 1,2,3" >&2
   exit 2
 fi
+# Each seed once, as a number (01 is seed 1: the same draw, the same name).
+seed_list=""
+for seed in ${SEEDS//,/ }; do
+  seed=$((10#$seed))
+  [[ " $seed_list " == *" $seed "* ]] || seed_list="$seed_list $seed"
+done
+SEEDS=${seed_list# }
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 BUILD_DIR=${BUILD_DIR:-build}
@@ -129,7 +136,7 @@ export WORK GEARBOX PY HELPER HOURS GRIDS
 {
   echo "azure-conv real prefill"
   echo "azure-conv real decode"
-  for seed in ${SEEDS//,/ }; do
+  for seed in $SEEDS; do
     for s in $SCENARIOS; do echo "$s scenario prefill $seed"; done
     for s in $DECODE; do echo "$s scenario decode $seed"; done
   done

@@ -346,6 +346,33 @@ TEST_F(Cli, UpdateChecksAreBoundedByTheDocumentedMaximum) {
   EXPECT_EQ(ok.code, 0) << ok.output;
 }
 
+TEST_F(Cli, TheLooksAtTheCombinationsCountInTheUpdateBound) {
+  // A sparse set looks at its combinations every combination_interval_seconds:
+  // 1999 s at one look a second is 1999 checks, refused up front, naming it.
+  Write("two.json", R"({"dims": [{"name": "BATCHSIZE", "gears": [4, 8], "splittable": true},
+                                  {"name": "SEQLEN", "gears": [16, 32]}],
+                         "replan": {"combination_interval_seconds": 1}})");
+  Write("two.csv", "t,BATCHSIZE,SEQLEN\n0,3,10\n1999,5,20\n");
+  const ToolRun sparse = Tool(Replay(P("two.json"), P("two.csv")) +
+                              " --scheme sparse --max-updates 1000 --bucket-seconds 1e6");
+  EXPECT_EQ(sparse.code, 2) << sparse.output;
+  EXPECT_THAT(sparse.output,
+              HasSubstr("with replan.combination_interval_seconds = 1 that is 1999"));
+  // The independent scheme has no looks: 34 checks a minute apart.
+  const ToolRun independent = Tool(Replay(P("two.json"), P("two.csv")) +
+                                   " --scheme independent --max-updates 1000 --bucket-seconds 1e6");
+  EXPECT_EQ(independent.code, 0) << independent.output;
+  // Raised, it replays; the summary counts the looks apart from the updates.
+  const ToolRun raised =
+      Tool(Replay(P("two.json"), P("two.csv")) +
+           " --scheme sparse --max-updates 3000 --bucket-seconds 1e6 --summary " + P("looks.json"));
+  ASSERT_EQ(raised.code, 0) << raised.output;
+  std::ifstream summary(P("looks.json"));
+  const auto j = nlohmann::json::parse(summary);
+  EXPECT_GE(j["combination_looks"].get<int>(), 1900);
+  EXPECT_LE(j["updates"].get<int>(), 40);
+}
+
 TEST_F(Cli, TinyDecodeStepIsAnError) {
   Write("lengths.csv", "num_prefill_tokens,num_decode_tokens\n10,3\n20,2\n30,1\n");
   const ToolRun r = Tool("trace convert --format lengths --view decode --step-ms 1e-300 --input " +

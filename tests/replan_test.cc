@@ -490,6 +490,25 @@ TEST(ReplanCombinations, BetweenUpdatesACellWithTrafficIsCompiledAndNoGearMoves)
   EXPECT_EQ(r.rt->CheckTrigger(120), UpdateTrigger::kInterval);
 }
 
+TEST(ReplanCombinations, UnderMemoryPressureALookIsAWholeUpdate) {
+  // A compile ran out of memory since the last update: the look runs the
+  // whole update (room is made as for any memory trigger) and says so.
+  ReplanOptions o;
+  o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  Replanned2D r(o, GearScheme::kSparse);
+  r.Run(60, 20);
+  const std::vector<int64_t> gears = {r.rt->GetSnapshot()->gears(0).back(),
+                                      r.rt->GetSnapshot()->gears(1).back()};
+  r.rt->ReportOutOfMemory(gears, std::nullopt);
+  const UpdateRecord rec = *r.rt->RunOnce(70, UpdateTrigger::kCombinations);
+  EXPECT_EQ(rec.trigger, UpdateTrigger::kMemory);
+  EXPECT_EQ(rec.out_of_memory.size(), 1u);
+  EXPECT_TRUE(rec.memory.high);
+  // A whole update: the next one is due a full interval after it.
+  EXPECT_EQ(r.rt->CheckTrigger(125), UpdateTrigger::kCombinations);
+  EXPECT_EQ(r.rt->CheckTrigger(130), UpdateTrigger::kInterval);
+}
+
 TEST(ReplanCombinations, IndependentSetsAndAZeroIntervalNeverLook) {
   ReplanOptions o;
   o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};

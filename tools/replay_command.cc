@@ -250,6 +250,9 @@ void PrintTable(const ReplayFlags& f, const RuntimeConfig& config, const Trace& 
   });
   row("updates (changed the gears)",
       [&](size_t i) { return fmt::format("{} ({})", rs[i].updates, rs[i].updates_changed); });
+  row("looks at the combinations (changed)", [&](size_t i) {
+    return fmt::format("{} ({})", rs[i].combination_looks, rs[i].combination_looks_changed);
+  });
   row("split / eager / rejected requests", [&](size_t i) {
     return fmt::format("{}/{}/{}", rs[i].split_requests, rs[i].eager_requests,
                        rs[i].rejected_requests);

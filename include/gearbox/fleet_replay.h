@@ -126,6 +126,10 @@ struct ReplicaReplayResult {
   uint64_t request_compiles = 0;
   uint64_t updates = 0;
   uint64_t updates_changed = 0;
+  // Joint and sparse sets: the looks at the combinations between updates
+  // (trigger "combinations"; not counted in `updates`).
+  uint64_t combination_looks = 0;
+  uint64_t combination_looks_changed = 0;
   uint64_t peak_graphs = 0;
   uint64_t final_graphs = 0;
   std::vector<std::vector<int64_t>> final_gears;

@@ -116,6 +116,10 @@ struct ReplayResult {
   uint64_t max_gear_cycles_per_hour = 0;
   uint64_t updates = 0;
   uint64_t updates_changed = 0;
+  // Joint and sparse sets: the looks at the combinations between updates
+  // (trigger "combinations"; not counted in `updates`).
+  uint64_t combination_looks = 0;
+  uint64_t combination_looks_changed = 0;
   std::vector<double> avg_gears;  // time-weighted, per dimension
   // Per dimension alone: sum over variants of the gear, and of the valid
   // size (so dimension_waste = padded / raw - 1 compares with 1-D planners).

@@ -1456,7 +1456,9 @@ class GearedModule(torch.nn.Module):
         self._request_prewarm()  # the prewarm thread also notes the update's record
 
     def _note_decision(self, rec: Optional[Dict[str, Any]]) -> None:
-        if rec is None:
+        # A look at the combinations that changed nothing (every 10 s on a
+        # joint or sparse set) would crowd the updates out of the history.
+        if rec is None or (rec.get("trigger") == "combinations" and not rec.get("changed")):
             return
         with self._lock:
             if self._decisions and self._decisions[-1].get("sequence") == rec.get("sequence"):

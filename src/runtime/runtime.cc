@@ -523,7 +523,11 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
                                   /*with_sizes=*/policy == UpdatePolicy::kReplan,
                                   /*with_slots=*/static_cast<bool>(options_.merge_window_stats));
     }
-    if (options_.merge_window_stats) MergeWindowStats(now, &stats);
+    // A look at the combinations reads the local window only (no fleet
+    // store call every few seconds); a whole update merges the fleet's.
+    const bool look_asked =
+        trigger == UpdateTrigger::kCombinations && policy == UpdatePolicy::kReplan;
+    if (options_.merge_window_stats && !look_asked) MergeWindowStats(now, &stats);
     MemoryState memory = ReadMemory();
     // Out of memory since the last update: listed in the record, pressure
     // now (room is made), and its gears held back for the cooldown.
@@ -539,9 +543,13 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     }
     if (!out_of_memory.empty()) memory.high = true;
     UpdateDecision decision;
-    // The replan policy's look at the combinations alone (any other policy
-    // runs its whole update whatever the trigger).
-    const bool look = trigger == UpdateTrigger::kCombinations && policy == UpdatePolicy::kReplan;
+    // The replan policy's look at the combinations alone. Any other policy,
+    // or memory pressure (a compile that ran out of memory since the last
+    // update, say), makes it a whole update, recorded as such.
+    const bool look = look_asked && !memory.high;
+    if (look_asked && !look && options_.merge_window_stats) MergeWindowStats(now, &stats);
+    if (trigger == UpdateTrigger::kCombinations && !look)
+      trigger = memory.high ? UpdateTrigger::kMemory : UpdateTrigger::kManual;
     switch (policy) {
       case UpdatePolicy::kStatic:
         decision = DecideStatic(*current, memory, now);

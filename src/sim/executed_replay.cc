@@ -172,8 +172,13 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
     ro.adaptive.memory_budget_bytes = options.memory_budget_bytes;
   }
   ro.on_update = [&](const UpdateRecord& r) {
-    ++result.updates;
-    if (r.changed) ++result.updates_changed;
+    if (r.trigger == UpdateTrigger::kCombinations) {
+      ++result.combination_looks;
+      if (r.changed) ++result.combination_looks_changed;
+    } else {
+      ++result.updates;
+      if (r.changed) ++result.updates_changed;
+    }
     if (options.on_update) options.on_update(r);
   };
   auto runtime_or = AdaptiveGearRuntime::Create(config.dims, ro);
@@ -309,6 +314,8 @@ std::string ExecutedReplayResultJson(const ExecutedReplayResult& r, int indent) 
   j["padding_waste"] = r.padding_waste;
   j["updates"] = r.updates;
   j["updates_changed"] = r.updates_changed;
+  j["combination_looks"] = r.combination_looks;
+  j["combination_looks_changed"] = r.combination_looks_changed;
   j["final_gears"] = r.final_gears;
   return j.dump(indent);
 }

@@ -387,15 +387,22 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
     ro.on_update = [result, times, self, leads, index, &options,
                     &leader_updated](const UpdateRecord& rec) {
       times->push_back(rec.time);
-      if (self->plan != nullptr && leads) {
+      // A look at the combinations changes no gear: nothing to publish (a
+      // fleet plan carries the gears).
+      if (self->plan != nullptr && leads && rec.trigger != UpdateTrigger::kCombinations) {
         // After the update, outside the runtime's locks (RunOnce calls on_update there).
         absl::StatusOr<FleetPlanStep> step = self->plan->Step(self->runtime.get(), rec.time);
         if (step.ok()) result->plan_version = step->version;
         if (step.ok() && step->published) ++result->plan_publications;
         leader_updated = true;
       }
-      ++result->updates;
-      if (rec.changed) ++result->updates_changed;
+      if (rec.trigger == UpdateTrigger::kCombinations) {
+        ++result->combination_looks;
+        if (rec.changed) ++result->combination_looks_changed;
+      } else {
+        ++result->updates;
+        if (rec.changed) ++result->updates_changed;
+      }
       if (options.on_update) options.on_update(rec);
       if (options.on_replica_update) options.on_replica_update(index, rec);
     };
@@ -432,7 +439,8 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
   const auto LeaderChecksThrough = [&](double t) -> absl::Status {
     Replica& leader = *replicas[0];
     for (double at = leader.schedule->NextTime(); at <= t; at = leader.schedule->NextTime()) {
-      if (leader.runtime->CheckTrigger(at).has_value()) {
+      const std::optional<UpdateTrigger> trigger = leader.runtime->CheckTrigger(at);
+      if (trigger.has_value() && *trigger != UpdateTrigger::kCombinations) {
         for (size_t k = 1; k < replicas.size(); ++k) {
           Replica& f = *replicas[k];
           if (!f.active) continue;
@@ -704,6 +712,8 @@ std::string FleetReplayResultJson(const FleetReplayResult& r, int indent) {
     e["request_compiles"] = x.request_compiles;
     e["updates"] = x.updates;
     e["updates_changed"] = x.updates_changed;
+    e["combination_looks"] = x.combination_looks;
+    e["combination_looks_changed"] = x.combination_looks_changed;
     e["peak_graphs"] = x.peak_graphs;
     e["final_graphs"] = x.final_graphs;
     nlohmann::ordered_json gears = nlohmann::ordered_json::object();

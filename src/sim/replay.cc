@@ -177,8 +177,13 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     ro.memory_probe = &model_memory;
   }
   ro.on_update = [&](const UpdateRecord& r) {
-    ++result.updates;
-    if (r.changed) ++result.updates_changed;
+    if (r.trigger == UpdateTrigger::kCombinations) {
+      ++result.combination_looks;
+      if (r.changed) ++result.combination_looks_changed;
+    } else {
+      ++result.updates;
+      if (r.changed) ++result.updates_changed;
+    }
     churn.Update(r);
     for (int d = 0; d < n; ++d) {
       gear_counts[d].Advance(r.time, static_cast<double>(current_counts[d]));
@@ -337,6 +342,8 @@ std::string ReplayResultJson(const ReplayResult& r, int indent) {
   j["max_gear_cycles_per_hour"] = r.max_gear_cycles_per_hour;
   j["updates"] = r.updates;
   j["updates_changed"] = r.updates_changed;
+  j["combination_looks"] = r.combination_looks;
+  j["combination_looks_changed"] = r.combination_looks_changed;
   nlohmann::ordered_json avg = nlohmann::ordered_json::object();
   nlohmann::ordered_json fin = nlohmann::ordered_json::object();
   for (size_t d = 0; d < r.dimensions.size(); ++d) {

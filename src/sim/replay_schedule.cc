@@ -46,6 +46,13 @@ absl::Status CheckReplayUpdateCount(const RuntimeConfig& config, const Trace& tr
     interval = config.replan.warmup_check_seconds;
     field = "replan.warmup_check_seconds";
   }
+  // Joint and sparse sets: the looks at the combinations between updates.
+  const double look = config.replan.combination_interval_seconds;
+  if (options.policy == UpdatePolicy::kReplan && look > 0 && look < interval &&
+      options.scheme.value_or(config.combination_spec.scheme) != GearScheme::kIndependent) {
+    interval = look;
+    field = "replan.combination_interval_seconds";
+  }
   const double span = trace.time.back() - trace.time.front();
   const double checks = span / interval;
   const double scale = std::max(std::fabs(trace.time.front()), std::fabs(trace.time.back()));
