@@ -446,10 +446,16 @@ TEST(ReplanGraphBudget, JointCombinationsStayWithinMaxGraphs) {
 
 // ---- Between updates: the combinations (combination_interval_seconds) ----
 
-TEST(ReplanCombinations, BetweenUpdatesACellWithTrafficIsCompiledAndNoGearMoves) {
+// A decode step's cost (data/configs/decode_times.json).
+ReplanOptions DecodeCosts() {
   ReplanOptions o;
-  o.max_graphs = 40;
   o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  return o;
+}
+
+TEST(ReplanCombinations, BetweenUpdatesACellWithTrafficIsCompiledAndNoGearMoves) {
+  ReplanOptions o = DecodeCosts();
+  o.max_graphs = 40;
   Replanned2D r(o, GearScheme::kSparse);
   EXPECT_EQ(r.rt->CheckIntervalSeconds(), 10.0);  // warmup_check_seconds, before the first update
   const UpdateRecord first = r.Run(60, 20);
@@ -493,8 +499,7 @@ TEST(ReplanCombinations, BetweenUpdatesACellWithTrafficIsCompiledAndNoGearMoves)
 TEST(ReplanCombinations, UnderMemoryPressureALookIsAWholeUpdate) {
   // A compile ran out of memory since the last update: the look runs the
   // whole update (room is made as for any memory trigger) and says so.
-  ReplanOptions o;
-  o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  ReplanOptions o = DecodeCosts();
   Replanned2D r(o, GearScheme::kSparse);
   r.Run(60, 20);
   const std::vector<int64_t> gears = {r.rt->GetSnapshot()->gears(0).back(),
@@ -510,8 +515,7 @@ TEST(ReplanCombinations, UnderMemoryPressureALookIsAWholeUpdate) {
 }
 
 TEST(ReplanCombinations, IndependentSetsAndAZeroIntervalNeverLook) {
-  ReplanOptions o;
-  o.cost = {.compile_seconds = 0.5, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  ReplanOptions o = DecodeCosts();
   Replanned2D independent(o, GearScheme::kIndependent);
   independent.Run(60, 20);
   EXPECT_EQ(independent.rt->CheckIntervalSeconds(), 60.0);

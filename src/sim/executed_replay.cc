@@ -172,13 +172,7 @@ absl::StatusOr<ExecutedReplayResult> ExecutedReplay(
     ro.adaptive.memory_budget_bytes = options.memory_budget_bytes;
   }
   ro.on_update = [&](const UpdateRecord& r) {
-    if (r.trigger == UpdateTrigger::kCombinations) {
-      ++result.combination_looks;
-      if (r.changed) ++result.combination_looks_changed;
-    } else {
-      ++result.updates;
-      if (r.changed) ++result.updates_changed;
-    }
+    internal::CountUpdate(r, &result);
     if (options.on_update) options.on_update(r);
   };
   auto runtime_or = AdaptiveGearRuntime::Create(config.dims, ro);

@@ -396,13 +396,7 @@ absl::StatusOr<FleetReplayResult> FleetReplay(const RuntimeConfig& config, const
         if (step.ok() && step->published) ++result->plan_publications;
         leader_updated = true;
       }
-      if (rec.trigger == UpdateTrigger::kCombinations) {
-        ++result->combination_looks;
-        if (rec.changed) ++result->combination_looks_changed;
-      } else {
-        ++result->updates;
-        if (rec.changed) ++result->updates_changed;
-      }
+      internal::CountUpdate(rec, result);
       if (options.on_update) options.on_update(rec);
       if (options.on_replica_update) options.on_replica_update(index, rec);
     };

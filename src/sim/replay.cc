@@ -177,13 +177,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
     ro.memory_probe = &model_memory;
   }
   ro.on_update = [&](const UpdateRecord& r) {
-    if (r.trigger == UpdateTrigger::kCombinations) {
-      ++result.combination_looks;
-      if (r.changed) ++result.combination_looks_changed;
-    } else {
-      ++result.updates;
-      if (r.changed) ++result.updates_changed;
-    }
+    internal::CountUpdate(r, &result);
     churn.Update(r);
     for (int d = 0; d < n; ++d) {
       gear_counts[d].Advance(r.time, static_cast<double>(current_counts[d]));

@@ -86,6 +86,16 @@ class ReplaySchedule {
   double end_;
 };
 
+// Counts one update record in a replay's result: a look at the combinations
+// (trigger "combinations") apart from the updates. Result: any replay result
+// with updates, updates_changed, combination_looks, combination_looks_changed.
+template <typename Result>
+void CountUpdate(const UpdateRecord& r, Result* result) {
+  const bool look = r.trigger == UpdateTrigger::kCombinations;
+  ++(look ? result->combination_looks : result->updates);
+  if (r.changed) ++(look ? result->combination_looks_changed : result->updates_changed);
+}
+
 }  // namespace gearbox::internal
 
 #endif  // GEARBOX_SRC_SIM_REPLAY_SCHEDULE_H_
