@@ -154,16 +154,25 @@ void BM_DecideReplanCombinations(benchmark::State& state) {
   o.cost.compile_seconds = 0.01;
   o.min_gear_lifetime_seconds = 0;
   size_t combinations = 0;
+  // range(1): 1 for a look at the combinations alone (the grid stays).
+  const ReplanScope scope =
+      state.range(1) == 1 ? ReplanScope::kCombinations : ReplanScope::kGearsAndCombinations;
   for (auto _ : state) {
-    UpdateDecision d = DecideReplan(*snap, stats, {}, a, o, 300.0);
+    UpdateDecision d = DecideReplan(*snap, stats, {}, a, o, 300.0, scope);
     combinations = d.next_combinations.size();
     benchmark::DoNotOptimize(d);
   }
-  state.SetLabel(std::string(GearSchemeName(scheme)));
+  state.SetLabel(std::string(GearSchemeName(scheme)) +
+                 (scope == ReplanScope::kCombinations ? ", look" : ""));
   state.counters["joint_sizes"] = static_cast<double>(stats.joint_sizes.size());
   state.counters["combinations_after"] = static_cast<double>(combinations);
 }
-BENCHMARK(BM_DecideReplanCombinations)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecideReplanCombinations)
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace gearbox

@@ -236,6 +236,7 @@ class CombinationChooser {
       }
       std::vector<size_t> go;
       int64_t least = -1;
+      std::vector<size_t> keep;  // over the cap: the candidates, by loss
       for (size_t k = 0; k < n0_ * n1_; ++k) {
         if (!in_set_[k]) continue;
         loss[k] -= MemoryCost(k / n1_, k % n1_);
@@ -248,9 +249,21 @@ class CombinationChooser {
           continue;
         if (loss[k] <= 0) {
           go.push_back(k);
-        } else if (least < 0 || loss[k] < loss[static_cast<size_t>(least)]) {
-          least = static_cast<int64_t>(k);
+        } else {
+          keep.push_back(k);
+          if (least < 0 || loss[k] < loss[static_cast<size_t>(least)])
+            least = static_cast<int64_t>(k);
         }
+      }
+      // Far above the cap, half the excess goes in one round, least useful
+      // first (then the losses are weighed again): a set of thousands of
+      // combinations shrinks in a few rounds, not one round per combination.
+      const size_t excess = over ? InUse() - cap_ : 0;
+      if (go.empty() && excess > 1) {
+        const size_t n = std::min(keep.size(), excess / 2);
+        std::partial_sort(keep.begin(), keep.begin() + static_cast<std::ptrdiff_t>(n), keep.end(),
+                          [&](size_t a, size_t b) { return loss[a] < loss[b]; });
+        go.assign(keep.begin(), keep.begin() + static_cast<std::ptrdiff_t>(n));
       }
       if (go.empty() && least >= 0 &&
           ((round < o_.max_changes_per_update &&
