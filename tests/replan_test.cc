@@ -462,6 +462,7 @@ TEST(ReplanCombinations, BetweenUpdatesACellWithTrafficIsCompiledAndNoGearMoves)
   ASSERT_EQ(first.trigger, UpdateTrigger::kManual);
   // Sparse: the worker now looks every 10 s (check_interval_seconds is 60).
   EXPECT_EQ(r.rt->CheckIntervalSeconds(), 10.0);
+  EXPECT_EQ(r.rt->LookIntervalSeconds(), 10.0);
   EXPECT_EQ(r.rt->CheckTrigger(60 + 5), std::nullopt);
   EXPECT_EQ(r.rt->CheckTrigger(60 + 10), UpdateTrigger::kCombinations);
   EXPECT_EQ(r.rt->CheckTrigger(60 + 60), UpdateTrigger::kInterval);
@@ -519,6 +520,7 @@ TEST(ReplanCombinations, IndependentSetsAndAZeroIntervalNeverLook) {
   Replanned2D independent(o, GearScheme::kIndependent);
   independent.Run(60, 20);
   EXPECT_EQ(independent.rt->CheckIntervalSeconds(), 60.0);
+  EXPECT_EQ(independent.rt->LookIntervalSeconds(), 0.0);
   EXPECT_EQ(independent.rt->CheckTrigger(70), std::nullopt);
   o.combination_interval_seconds = 0;
   Replanned2D off(o, GearScheme::kJoint);

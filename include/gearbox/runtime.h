@@ -166,6 +166,10 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
   // and after it on a joint or sparse set replan.combination_interval_seconds
   // (each at most check_interval_seconds).
   double CheckIntervalSeconds() const;
+  // Seconds between two looks at the combinations (kCombinations): under
+  // replan on a joint or sparse set, replan.combination_interval_seconds;
+  // 0 when there are none.
+  double LookIntervalSeconds() const;
   // One update at `now` (the seed's run_once). Always returns a record.
   // kCombinations: under the replan policy only the combinations of a joint
   // or sparse set may change (ReplanScope::kCombinations), and the next

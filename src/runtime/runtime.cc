@@ -456,12 +456,16 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
     return UpdateTrigger::kMemory;
   }
   // Joint and sparse sets: a look at the combinations between updates.
-  const double look = options_.replan.combination_interval_seconds;
-  if (policy == UpdatePolicy::kReplan && sequence > 0 && look > 0 && now >= last_any + look &&
-      GetSnapshot()->scheme() != GearScheme::kIndependent) {
-    return UpdateTrigger::kCombinations;
-  }
+  const double look = LookIntervalSeconds();
+  if (sequence > 0 && look > 0 && now >= last_any + look) return UpdateTrigger::kCombinations;
   return std::nullopt;
+}
+
+double AdaptiveGearRuntime::LookIntervalSeconds() const {
+  const double look = options_.replan.combination_interval_seconds;
+  const bool looks = impl_->policy.load(std::memory_order_acquire) == UpdatePolicy::kReplan &&
+                     look > 0 && GetSnapshot()->scheme() != GearScheme::kIndependent;
+  return looks ? look : 0.0;
 }
 
 double AdaptiveGearRuntime::CheckIntervalSeconds() const {
@@ -471,9 +475,7 @@ double AdaptiveGearRuntime::CheckIntervalSeconds() const {
       MutexLock lock(&impl_->commit_mu);
       if (impl_->sequence == 0) return std::min(options_.replan.warmup_check_seconds, check);
     }
-    const double look = options_.replan.combination_interval_seconds;
-    if (look > 0 && GetSnapshot()->scheme() != GearScheme::kIndependent)
-      return std::min(look, check);
+    if (const double look = LookIntervalSeconds(); look > 0) return std::min(look, check);
   }
   return check;
 }
@@ -523,11 +525,6 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
                                   /*with_sizes=*/policy == UpdatePolicy::kReplan,
                                   /*with_slots=*/static_cast<bool>(options_.merge_window_stats));
     }
-    // A look at the combinations reads the local window only (no fleet
-    // store call every few seconds); a whole update merges the fleet's.
-    const bool look_asked =
-        trigger == UpdateTrigger::kCombinations && policy == UpdatePolicy::kReplan;
-    if (options_.merge_window_stats && !look_asked) MergeWindowStats(now, &stats);
     MemoryState memory = ReadMemory();
     // Out of memory since the last update: listed in the record, pressure
     // now (room is made), and its gears held back for the cooldown.
@@ -546,8 +543,11 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     // The replan policy's look at the combinations alone. Any other policy,
     // or memory pressure (a compile that ran out of memory since the last
     // update, say), makes it a whole update, recorded as such.
-    const bool look = look_asked && !memory.high;
-    if (look_asked && !look && options_.merge_window_stats) MergeWindowStats(now, &stats);
+    const bool look =
+        trigger == UpdateTrigger::kCombinations && policy == UpdatePolicy::kReplan && !memory.high;
+    // A look reads the local window only (no fleet store call every few
+    // seconds); a whole update merges the fleet's.
+    if (options_.merge_window_stats && !look) MergeWindowStats(now, &stats);
     if (trigger == UpdateTrigger::kCombinations && !look)
       trigger = memory.high ? UpdateTrigger::kMemory : UpdateTrigger::kManual;
     switch (policy) {
