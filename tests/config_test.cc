@@ -74,7 +74,7 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
     "dims": [{"name": "SEQLEN", "policy": "TIMES", "min": 1, "max": 4096}],
     "replan": {"compile_seconds": 0.5, "seconds_per_unit": 3e-7, "runtime_exponent": 2,
                "payback_seconds": 1800, "min_gain_ratio": 2, "warmup_check_seconds": 5,
-               "combination_interval_seconds": 0,
+               "combination_interval_seconds": 0, "max_uncompiled_share": 0.02,
                "max_changes_per_update": 4, "tail_ratio": 3, "max_graphs": 48}
   })");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -85,6 +85,7 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
   EXPECT_EQ(c->replan.min_gain_ratio, 2);
   EXPECT_EQ(c->replan.warmup_check_seconds, 5);
   EXPECT_EQ(c->replan.combination_interval_seconds, 0);  // off
+  EXPECT_EQ(c->replan.max_uncompiled_share, 0.02);
   EXPECT_EQ(c->replan.max_changes_per_update, 4);
   EXPECT_EQ(c->replan.tail_ratio, 3);
   EXPECT_EQ(c->replan.max_graphs, 48);
@@ -184,6 +185,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{
             R"({"dims": [{"name": "A", "gears": [1]}], "replan": {"warmup_check_seconds": 0}})",
             "replan.warmup_check_seconds: 0"},
+        BadConfig{R"({"dims": [{"name": "A", "gears": [1]}],
+                      "replan": {"max_uncompiled_share": -0.1}})",
+                  "replan.max_uncompiled_share: -0.1 is not allowed; a share in [0, 1]"},
         BadConfig{R"({"dims": [{"name": "A", "gears": [1]}],
                       "replan": {"combination_interval_seconds": 1e-6}})",
                   "replan.combination_interval_seconds: 1e-06 is not allowed; 0 (only at "

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 
@@ -158,6 +159,7 @@ TEST(Joint, TheReplanPolicyCompilesTheCombinationsTrafficPaysFor) {
   // Compiles cost 200 s: heavy traffic pays for one, a trickle does not.
   ReplanOptions dear;
   dear.cost.compile_seconds = 200;
+  dear.max_uncompiled_share = 1;  // only what pays (the next test: the default)
   // Sparse, nothing compiled: heavy traffic on one cell pays for its graph,
   // a trickle on another does not (it keeps running uncompiled).
   JointFixture f(GearScheme::kSparse, std::vector<GearCombination>{{4, 2048}}, dear);
@@ -209,6 +211,88 @@ TEST(Joint, TheReplanPolicyCompilesTheCombinationsTrafficPaysFor) {
   };
   EXPECT_EQ(plan_of(16, 512).variant_group(0).gear[1], 2048);
   EXPECT_FALSE(plan_of(16, 512).any_uncompiled());
+}
+
+TEST(Joint, PastWhatPaysThinTrafficStillRunsOnAGraph) {
+  // The trickle of the test above, with the default max_uncompiled_share
+  // (0): it does not pay its compile, but it would run uncompiled, so it is
+  // compiled, and the record says why. Where the share allows it (half the
+  // window may run uncompiled) it is not.
+  for (const double share : {0.0, 0.5}) {
+    ReplanOptions dear;
+    dear.cost.compile_seconds = 200;
+    dear.max_uncompiled_share = share;
+    JointFixture f(GearScheme::kSparse, std::vector<GearCombination>{{4, 2048}}, dear);
+    for (int i = 0; i < 6000; ++i) f.Request(16, 2048, i * 0.05);
+    for (int i = 0; i < 2; ++i) f.Request(4, 512, 100 + i * 100.0);
+    const UpdateRecord record = *f.runtime->RunOnce(300);
+    const bool compiled =
+        std::any_of(record.combinations_after.begin(), record.combinations_after.end(),
+                    [](const GearCombination& c) {
+                      return c == GearCombination{4, 512};
+                    });
+    EXPECT_EQ(compiled, share == 0.0) << "max_uncompiled_share " << share;
+    for (const ChangeRecord& c : record.changes) {
+      if (c.combination != GearCombination{4, 512}) continue;
+      EXPECT_EQ(c.action, ChangeAction::kCompile);
+      EXPECT_THAT(c.reason, HasSubstr("above replan.max_uncompiled_share = 0"));
+      EXPECT_LT(c.gain_seconds, c.compile_seconds);  // it does not pay
+    }
+  }
+  // The option is validated.
+  ReplanOptions bad;
+  bad.max_uncompiled_share = 1.5;
+  EXPECT_THAT(ValidateReplanOptions(bad).message(), HasSubstr("replan.max_uncompiled_share: 1.5"));
+}
+
+TEST(Joint, NoDropLeavesMoreThanTheShareUncompiled) {
+  // A combination past its lifetime whose trickle loses less than holding a
+  // graph is dropped, unless its variants would then run uncompiled beyond
+  // max_uncompiled_share.
+  for (const double share : {0.0, 1.0}) {
+    ReplanOptions o;
+    o.min_gear_lifetime_seconds = 0;
+    o.max_uncompiled_share = share;
+    JointFixture f(GearScheme::kSparse, {{16, 2048}, {4, 512}}, o);
+    for (int i = 0; i < 6000; ++i) f.Request(16, 2048, i * 0.05);
+    for (int i = 0; i < 2; ++i) f.Request(4, 512, 100 + i * 100.0);
+    const UpdateRecord record = *f.runtime->RunOnce(300);
+    if (share == 0.0) {
+      EXPECT_THAT(record.combinations_after,
+                  ElementsAre(GearCombination{4, 512}, GearCombination{16, 2048}));
+    } else {
+      EXPECT_THAT(record.combinations_after, ElementsAre(GearCombination{16, 2048}));
+      EXPECT_THAT(record.combinations_removed, ElementsAre(GearCombination{4, 512}));
+    }
+  }
+}
+
+TEST(Joint, OfTwoEqualCombinationsServingACellOnlyOneGoes) {
+  // (4, 2048) and (16, 512) cost the same on cell (4, 512): each loses
+  // nothing if the other serves it, but dropping both at once would leave
+  // the cell uncompiled. The one that is no cell's best goes; the other is
+  // then all the cell has, and stays. ((16, 2048) keeps the gears.)
+  ReplanOptions o;
+  // A decode step's costs (a launch dominates: uncompiled runs cost more than
+  // padding), but compiles so dear that the cell's own combination never pays.
+  o.cost = {.compile_seconds = 1e6, .seconds_per_unit = 1.1e-7, .seconds_per_run = 0.012};
+  o.min_gear_lifetime_seconds = 0;
+  o.max_uncompiled_share = 1;
+  JointFixture f(GearScheme::kJoint, {{4, 2048}, {16, 512}, {16, 2048}}, o);
+  for (int i = 0; i < 6000; ++i) {
+    f.Request(4, 512, i * 0.05);
+    f.Request(16, 2048, i * 0.05);
+  }
+  const UpdateRecord record = *f.runtime->RunOnce(300);
+  EXPECT_EQ(record.combinations_after.size(), 2u);
+  ASSERT_EQ(record.combinations_removed.size(), 1u);
+  for (const ChangeRecord& c : record.changes) {
+    if (c.action == ChangeAction::kDrop) {
+      EXPECT_EQ(c.reason, "no traffic of the window runs best on it");
+    }
+  }
+  const int64_t raw[] = {4, 512};
+  EXPECT_FALSE(MakePlan(*f.runtime->GetSnapshot(), raw)->any_uncompiled());
 }
 
 TEST(Joint, StationaryTrafficDoesNotFlap) {

@@ -456,15 +456,17 @@ ReplanOptions DecodeCosts() {
 TEST(ReplanCombinations, BetweenUpdatesACellWithTrafficIsCompiledAndNoGearMoves) {
   ReplanOptions o = DecodeCosts();
   o.max_graphs = 40;
+  o.combination_interval_seconds = 10;
+  o.max_uncompiled_share = 1;  // only what pays: some cell of the grid stays uncompiled
   Replanned2D r(o, GearScheme::kSparse);
   EXPECT_EQ(r.rt->CheckIntervalSeconds(), 10.0);  // warmup_check_seconds, before the first update
   const UpdateRecord first = r.Run(60, 20);
   ASSERT_EQ(first.trigger, UpdateTrigger::kManual);
-  // Sparse: the worker now looks every 10 s (check_interval_seconds is 60).
+  // Sparse: the worker now checks every 10 s (check_interval_seconds is 60),
+  // but nothing has run off its cell's combination since the update.
   EXPECT_EQ(r.rt->CheckIntervalSeconds(), 10.0);
   EXPECT_EQ(r.rt->LookIntervalSeconds(), 10.0);
-  EXPECT_EQ(r.rt->CheckTrigger(60 + 5), std::nullopt);
-  EXPECT_EQ(r.rt->CheckTrigger(60 + 10), UpdateTrigger::kCombinations);
+  EXPECT_EQ(r.rt->CheckTrigger(60 + 10), std::nullopt);
   EXPECT_EQ(r.rt->CheckTrigger(60 + 60), UpdateTrigger::kInterval);
   // A cell of the grid that no combination serves starts carrying traffic.
   SnapshotRef snap = r.rt->GetSnapshot();
@@ -482,8 +484,11 @@ TEST(ReplanCombinations, BetweenUpdatesACellWithTrafficIsCompiledAndNoGearMoves)
   for (int i = 0; i < 200; ++i) {
     ASSERT_TRUE(MakePlan(*snap, *idle, &plan).ok());
     EXPECT_TRUE(plan.any_uncompiled());
+    EXPECT_TRUE(plan.any_off_cell());
     r.rt->RecordPlan(plan, 60 + i * 0.05);
   }
+  EXPECT_EQ(r.rt->CheckTrigger(60 + 5), std::nullopt);  // at most one look per interval
+  EXPECT_EQ(r.rt->CheckTrigger(60 + 10), UpdateTrigger::kCombinations);
   const UpdateRecord look = *r.rt->RunOnce(70, UpdateTrigger::kCombinations);
   EXPECT_EQ(look.trigger, UpdateTrigger::kCombinations);
   EXPECT_THAT(look.added, Each(IsEmpty()));  // the grid stays
@@ -491,7 +496,12 @@ TEST(ReplanCombinations, BetweenUpdatesACellWithTrafficIsCompiledAndNoGearMoves)
   EXPECT_THAT(look.combinations_added, Contains(*idle));
   ASSERT_TRUE(MakePlan(*r.rt->GetSnapshot(), *idle, &plan).ok());
   EXPECT_FALSE(plan.any_uncompiled());
-  // The look left the next update where it was, and the next look 10 s on.
+  EXPECT_FALSE(plan.any_off_cell());
+  // The look left the next update where it was; the next look waits for a
+  // variant off its cell again (an event may say so: GearEvent::off_cell).
+  EXPECT_EQ(r.rt->CheckTrigger(80), std::nullopt);
+  GearEvent off{.time = 71, .count = 1, .raw = {1, 1}, .gear = {1, 1}, .off_cell = true};
+  ASSERT_TRUE(r.rt->RecordEvent(off).ok());
   EXPECT_EQ(r.rt->CheckTrigger(75), std::nullopt);
   EXPECT_EQ(r.rt->CheckTrigger(80), UpdateTrigger::kCombinations);
   EXPECT_EQ(r.rt->CheckTrigger(120), UpdateTrigger::kInterval);
@@ -501,6 +511,7 @@ TEST(ReplanCombinations, UnderMemoryPressureALookIsAWholeUpdate) {
   // A compile ran out of memory since the last update: the look runs the
   // whole update (room is made as for any memory trigger) and says so.
   ReplanOptions o = DecodeCosts();
+  o.combination_interval_seconds = 10;
   Replanned2D r(o, GearScheme::kSparse);
   r.Run(60, 20);
   const std::vector<int64_t> gears = {r.rt->GetSnapshot()->gears(0).back(),
@@ -510,7 +521,10 @@ TEST(ReplanCombinations, UnderMemoryPressureALookIsAWholeUpdate) {
   EXPECT_EQ(rec.trigger, UpdateTrigger::kMemory);
   EXPECT_EQ(rec.out_of_memory.size(), 1u);
   EXPECT_TRUE(rec.memory.high);
-  // A whole update: the next one is due a full interval after it.
+  // A whole update: the next one is due a full interval after it (and a
+  // look before it once a variant runs off its cell).
+  GearEvent off{.time = 71, .count = 1, .raw = {1, 1}, .gear = {1, 1}, .off_cell = true};
+  ASSERT_TRUE(r.rt->RecordEvent(off).ok());
   EXPECT_EQ(r.rt->CheckTrigger(125), UpdateTrigger::kCombinations);
   EXPECT_EQ(r.rt->CheckTrigger(130), UpdateTrigger::kInterval);
 }

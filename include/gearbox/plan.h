@@ -84,6 +84,10 @@ class GEARBOX_EXPORT Plan {
   // Some variant runs uncompiled: an eager dimension, or a joint or sparse
   // gear set's cell that no compiled combination serves.
   bool any_uncompiled() const;
+  // Joint and sparse gear sets: some variant does not run on its own cell's
+  // compiled combination (uncompiled, or on a larger one covering the cell),
+  // so compiling a combination could serve it better.
+  bool any_off_cell() const;
 
   // Groups of identical variants (at most 2^num_dimensions), for recording
   // one event per executed variant without visiting each chunk.
@@ -119,6 +123,7 @@ class GEARBOX_EXPORT Plan {
   struct JointGroup {
     int64_t gear[kJointDimensions];
     bool eager;
+    bool off_cell;  // not on the cell's own combination (eager, or a larger one)
   };
   uint64_t snapshot_version_ = 0;
   bool joint_ = false;  // scheme_ is joint or sparse, and no dimension is eager

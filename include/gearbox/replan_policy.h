@@ -79,13 +79,23 @@ struct ReplanOptions {
   int max_combinations = 256;
   double uncompiled_slowdown = 2.0;
   // Joint and sparse gear sets: between two updates (update_interval_seconds)
-  // the worker looks this often for traffic the compiled combinations do not
-  // serve and decides the combinations on the current grid as an update
-  // would (ReplanScope::kCombinations: no gear moves), so a cell that starts
-  // carrying traffic runs uncompiled for seconds, not a whole update
-  // interval: the worker's cadence before the first update
-  // (warmup_check_seconds). 0: only at updates. Seconds, 0 or >= 0.001.
-  double combination_interval_seconds = 10.0;
+  // the worker looks at most this often at the combinations, once a variant
+  // ran off its cell's own combination since the last look (uncompiled, or
+  // padded onto a larger one: Plan::any_off_cell, GearEvent::off_cell), and
+  // decides them on the current grid as an update would
+  // (ReplanScope::kCombinations: no gear moves), so a cell that starts
+  // carrying traffic runs uncompiled for a second, not a whole update
+  // interval. 0: only at updates. Seconds, 0 or >= 0.001.
+  double combination_interval_seconds = 1.0;
+  // Joint and sparse gear sets: the most of the window's variants that may
+  // run uncompiled where a graph could serve them, a share in [0, 1]. Past
+  // the compiles that pay for themselves, combinations that serve
+  // uncompiled variants compile, the one that gains most first (and no drop
+  // leaves more uncompiled), until the share is at most this, within
+  // max_graphs, max_combinations and memory. 0 (the default): every cell
+  // with traffic runs on a graph while the budget allows, however thin its
+  // traffic; 1: only what pays its compile.
+  double max_uncompiled_share = 0.0;
   // The most compiled graphs the policy plans for one model, whatever the
   // scheme: independent, the product of the dimensions' gear counts (every
   // combination may compile); joint and sparse, the compiled combinations

@@ -109,6 +109,11 @@ struct GearEvent {
   int64_t count = 1;  // identical executed variants this event stands for
   std::vector<int64_t> raw;
   std::vector<int64_t> gear;
+  // Joint and sparse sets: the variant did not run on its own cell's
+  // compiled combination (uncompiled, or on a larger one covering the cell;
+  // RecordPlan tells from the plan). Only then is a look at the combinations
+  // between updates due (replan.combination_interval_seconds).
+  bool off_cell = false;
 };
 
 struct RuntimeCounters {
@@ -168,7 +173,10 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
   double CheckIntervalSeconds() const;
   // Seconds between two looks at the combinations (kCombinations): under
   // replan on a joint or sparse set, replan.combination_interval_seconds;
-  // 0 when there are none.
+  // 0 when there are none. A look is due only once a variant ran off its
+  // cell's combination since the last update or look (Plan::any_off_cell,
+  // GearEvent::off_cell): a variant on its own cell's graph gains from no
+  // compile.
   double LookIntervalSeconds() const;
   // One update at `now` (the seed's run_once). Always returns a record.
   // kCombinations: under the replan policy only the combinations of a joint

@@ -25,7 +25,8 @@ enum class UpdateTrigger {
   kMemory,    // memory usage at or above the threshold
   // Joint and sparse gear sets under the replan policy: between updates,
   // ReplanOptions::combination_interval_seconds passed since the last look
-  // (compiles combinations on the current grid; no gear moves).
+  // and a variant ran off its cell's combination since (compiles
+  // combinations on the current grid; no gear moves).
   kCombinations,
 };
 GEARBOX_EXPORT std::string_view TriggerName(UpdateTrigger trigger);

@@ -1456,8 +1456,8 @@ class GearedModule(torch.nn.Module):
         self._request_prewarm()  # the prewarm thread also notes the update's record
 
     def _note_decision(self, rec: Optional[Dict[str, Any]]) -> None:
-        # A look at the combinations that changed nothing (every 10 s on a
-        # joint or sparse set) would crowd the updates out of the history.
+        # A look at the combinations that changed nothing (up to one a second
+        # on a joint or sparse set) would crowd the updates out of the history.
         if rec is None or (rec.get("trigger") == "combinations" and not rec.get("changed")):
             return
         with self._lock:

@@ -270,6 +270,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"warmup_check_seconds", &o->warmup_check_seconds},
       {"combination_interval_seconds", &o->combination_interval_seconds},
       {"uncompiled_slowdown", &o->uncompiled_slowdown},
+      {"max_uncompiled_share", &o->max_uncompiled_share},
   };
   struct IntKey {
     const char* key;

@@ -31,6 +31,14 @@ bool Plan::any_uncompiled() const {
   return false;
 }
 
+bool Plan::any_off_cell() const {
+  if (!joint_) return false;
+  for (int i = 0; i < num_variant_groups_; ++i) {
+    if (joint_groups_[i].off_cell) return true;
+  }
+  return false;
+}
+
 VariantGroup Plan::variant_group(int index) const {
   VariantGroup vg;
   vg.count = 1;
@@ -186,6 +194,7 @@ void Plan::AssignCombinations(const GearSet& gears, Plan* plan) {
       const GearCombination* c = gears.CombinationForCell(
           gears.MapToGearIndex(0, a.groups[i].gear), gears.MapToGearIndex(1, b.groups[j].gear));
       jg.eager = c == nullptr;
+      jg.off_cell = c == nullptr || (*c)[0] != a.groups[i].gear || (*c)[1] != b.groups[j].gear;
       jg.gear[0] = c ? (*c)[0] : a.groups[i].extent;
       jg.gear[1] = c ? (*c)[1] : b.groups[j].extent;
     }

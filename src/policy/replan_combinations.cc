@@ -17,6 +17,10 @@
 // With a gear-bytes predictor (MemoryState) a cell's memory is what it frees
 // (compiled) or adds (not), and with memory_budget_bytes a compile whose
 // predicted bytes would pass the budget is declined (drops free theirs first).
+// Past what pays, combinations that serve uncompiled variants compile, the
+// one that gains most first, until at most max_uncompiled_share of the
+// window's variants run uncompiled, and no drop takes the share above it
+// (unless memory is high or the set is above its cap).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -194,11 +198,13 @@ class CombinationChooser {
     best_cost_.resize(n0_ * n1_);
     second_cost_.resize(n0_ * n1_);
     best_at_.resize(n0_ * n1_, -1);
+    servers_.assign(n0_ * n1_, 0);
     for (size_t c : traffic_) {
       best_cost_[c] = second_cost_[c] = uncompiled_[c];
       best_at_[c] = -1;
       ForEachServer(c / n1_, c % n1_, [&](size_t ki, size_t kj) {
         if (!in_set_[At(ki, kj)]) return;
+        servers_[c] = static_cast<char>(std::min(servers_[c] + 1, 2));
         const double v = weight_[c] * RunTime(ki, kj);
         if (v < best_cost_[c]) {
           second_cost_[c] = best_cost_[c];
@@ -210,6 +216,20 @@ class CombinationChooser {
       });
     }
   }
+
+  // The window's variants that a compiled combination could serve, and those
+  // that none of the set serves (after Assign; a compile updates servers_).
+  double TrafficWeight() const {
+    double w = 0;
+    for (size_t c : traffic_) w += weight_[c];
+    return w;
+  }
+  double UncompiledWeight() const {
+    double w = 0;
+    for (size_t c : traffic_) w += servers_[c] == 0 ? weight_[c] : 0.0;
+    return w;
+  }
+  double UncompiledBound() const { return o_.max_uncompiled_share * TrafficWeight(); }
 
   // Drop what keeps too little: a combination whose traffic would lose less
   // than holding one graph if it ran elsewhere. Those that are no cell's
@@ -230,12 +250,24 @@ class CombinationChooser {
       if (round > o_.max_changes_per_update && !over) break;
       Assign();
       std::vector<double> loss(n0_ * n1_, 0.0);
+      std::vector<char> best_somewhere(n0_ * n1_, 0);
+      std::vector<double> uncovers(n0_ * n1_, 0.0);  // variants left with no graph if it goes
       for (size_t c : traffic_) {
-        if (best_at_[c] >= 0)
-          loss[static_cast<size_t>(best_at_[c])] += scale_ * (second_cost_[c] - best_cost_[c]);
+        if (best_at_[c] < 0) continue;
+        const auto b = static_cast<size_t>(best_at_[c]);
+        loss[b] += scale_ * (second_cost_[c] - best_cost_[c]);
+        best_somewhere[b] = 1;
+        if (servers_[c] == 1) uncovers[b] += weight_[c];
       }
+      // A drop that would leave more than max_uncompiled_share of the window
+      // uncompiled is not made, unless the set must shrink.
+      const double room = UncompiledBound() - UncompiledWeight();
+      auto uncovers_too_much = [&](size_t k) {
+        return !over && !memory_.high && uncovers[k] > 0 && uncovers[k] > room;
+      };
       std::vector<size_t> go;
       int64_t least = -1;
+      int64_t tied = -1;         // a cell's best at no loss: another serves it as well
       std::vector<size_t> keep;  // over the cap: the candidates, by loss
       for (size_t k = 0; k < n0_ * n1_; ++k) {
         if (!in_set_[k]) continue;
@@ -247,8 +279,12 @@ class CombinationChooser {
         if (!memory_.high && !over && c != created_.end() &&
             now_ - c->second < o_.min_gear_lifetime_seconds)
           continue;
-        if (loss[k] <= 0) {
-          go.push_back(k);
+        if (loss[k] <= 0 && !best_somewhere[k]) {
+          go.push_back(k);  // no cell's best: these go together, every cell keeps its best
+        } else if (uncovers_too_much(k)) {
+          continue;
+        } else if (loss[k] <= 0 && !over) {
+          if (tied < 0) tied = static_cast<int64_t>(k);  // one at a time: its equal may go next
         } else {
           keep.push_back(k);
           if (least < 0 || loss[k] < loss[static_cast<size_t>(least)])
@@ -258,6 +294,7 @@ class CombinationChooser {
       // Far above the cap, half the excess goes in one round, least useful
       // first (then the losses are weighed again): a set of thousands of
       // combinations shrinks in a few rounds, not one round per combination.
+      if (go.empty() && tied >= 0) go.push_back(static_cast<size_t>(tied));
       const size_t excess = over ? InUse() - cap_ : 0;
       if (go.empty() && excess > 1) {
         const size_t n = std::min(keep.size(), excess / 2);
@@ -277,7 +314,8 @@ class CombinationChooser {
         ++dropped;
         out_->record.changes.push_back(
             {dims_, ChangeAction::kDrop, 0, 0, -loss[k], 0.0, -loss[k],
-             loss[k] <= 0         ? "no traffic of the window runs best on it"
+             loss[k] <= 0 && !best_somewhere[k] ? "no traffic of the window runs best on it"
+             : loss[k] <= 0                     ? "another combination serves its traffic as well"
              : loss[k] < holding_ ? "its traffic loses less than holding one graph elsewhere"
              : over               ? "the set is above replan.max_graphs"
                                   : "memory is high",
@@ -318,9 +356,69 @@ class CombinationChooser {
                                                                                   : confident;
   }
 
+  // Why compiling combination k now is refused (the cap, the memory budget),
+  // or nothing; `*skip_only`: only this one is (it ran out of memory at its
+  // compile recently), the next may compile. `*added` is its predicted bytes.
+  std::optional<std::string> Refusal(size_t k, size_t in_use, int64_t bytes, int64_t* added,
+                                     bool* skip_only) const {
+    *added = 0;
+    *skip_only = false;
+    if (in_use >= cap_) {
+      return o_.max_graphs < o_.max_combinations ? "the gear set is at replan.max_graphs"
+                                                 : "the gear set is at replan.max_combinations";
+    }
+    const GearCombination c = Combination(k);
+    if (OutOfMemory(c)) {
+      *skip_only = true;
+      return "it ran out of memory at its compile within adaptive.out_of_memory_cooldown_seconds";
+    }
+    if (Budgeted()) {
+      const std::optional<int64_t> bytes_of =
+          memory_.predictor->AddedBytes(std::vector<int64_t>{c[0], c[1]});
+      *added = bytes_of.value_or(0);
+      if (bytes_of.has_value() && bytes + *bytes_of > memory_.budget_bytes) {
+        return Cat("its predicted ", *bytes_of, " bytes would take the gears' memory from ", bytes,
+                   " to ", bytes + *bytes_of,
+                   " bytes, past memory_budget_bytes = ", memory_.budget_bytes);
+      }
+    }
+    return std::nullopt;
+  }
+  bool Budgeted() const {
+    return memory_.budget_bytes > 0 && memory_.predictor != nullptr &&
+           memory_.bytes_in_use.has_value();
+  }
+
+  ChangeRecord CompileRecord(size_t k, std::string reason) const {
+    double served = 0;
+    const double gain = GainOf(k, &served);
+    return ChangeRecord{dims_,
+                        ChangeAction::kCompile,
+                        0,
+                        0,
+                        gain,
+                        compile_cost_,
+                        gain - compile_cost_,
+                        std::move(reason),
+                        Combination(k)};
+  }
+
+  // Compiles combination k: every cell it serves better runs on it.
+  void Take(size_t k, std::string reason) {
+    out_->record.changes.push_back(CompileRecord(k, std::move(reason)));
+    in_set_[k] = 1;
+    ForEachServed(k / n1_, k % n1_, [&](size_t i, size_t j) {
+      const size_t c = At(i, j);
+      if (weight_[c] <= 0) return;
+      best_cost_[c] = std::min(best_cost_[c], weight_[c] * RunTime(k / n1_, k % n1_));
+      servers_[c] = static_cast<char>(std::min(servers_[c] + 1, 2));
+    });
+  }
+
   // Compile what pays, best first. Gains only shrink as the set grows (each
   // cell keeps its best), so a stale gain is an upper bound: pop,
-  // re-evaluate, take it if it still leads.
+  // re-evaluate, take it if it still leads. Then, while the cap and the
+  // budget allow, what keeps the uncompiled share within its bound (Cover).
   void Compile() {
     Assign();
     std::vector<std::pair<double, size_t>> queue;
@@ -330,10 +428,9 @@ class CombinationChooser {
     std::make_heap(queue.begin(), queue.end());
     const double threshold = o_.min_gain_ratio * compile_cost_;
     size_t in_use = InUse();
-    const bool budgeted = memory_.budget_bytes > 0 && memory_.predictor != nullptr &&
-                          memory_.bytes_in_use.has_value();
-    int64_t bytes = budgeted ? BytesAfterDrops() : 0;
+    int64_t bytes = Budgeted() ? BytesAfterDrops() : 0;
     std::optional<ChangeRecord> declined;
+    bool full = false;  // the cap or the budget stopped the compiles
     while (!queue.empty()) {
       std::pop_heap(queue.begin(), queue.end());
       const size_t k = queue.back().second;
@@ -344,83 +441,85 @@ class CombinationChooser {
         std::push_heap(queue.begin(), queue.end());
         continue;
       }
-      double served = 0;
-      const double raw_gain = GainOf(k, &served);
       if (gain < threshold) {
-        declined = ChangeRecord{
-            dims_,
-            ChangeAction::kCompile,
-            0,
-            0,
-            raw_gain,
-            compile_cost_,
-            raw_gain - compile_cost_,
+        double served = 0;
+        GainOf(k, &served);
+        declined = CompileRecord(
+            k,
             served < o_.min_window_weight
                 ? Cat("too little traffic for it in the window (", served, " < min_window_weight)")
-                : Cat("outside the hysteresis band (gain must reach ", threshold, " s)"),
-            Combination(k)};
+                : Cat("outside the hysteresis band (gain must reach ", threshold, " s)"));
         break;
       }
-      if (in_use >= cap_) {
-        declined = ChangeRecord{dims_,
-                                ChangeAction::kCompile,
-                                0,
-                                0,
-                                raw_gain,
-                                compile_cost_,
-                                raw_gain - compile_cost_,
-                                o_.max_graphs < o_.max_combinations
-                                    ? "the gear set is at replan.max_graphs"
-                                    : "the gear set is at replan.max_combinations",
-                                Combination(k)};
+      int64_t added = 0;
+      bool skip_only = false;
+      if (auto refused = Refusal(k, in_use, bytes, &added, &skip_only)) {
+        declined = CompileRecord(k, *refused);
+        if (skip_only) continue;  // the next best may compile
+        full = true;
         break;
       }
-      if (OutOfMemory(Combination(k))) {
-        declined = ChangeRecord{dims_,
-                                ChangeAction::kCompile,
-                                0,
-                                0,
-                                raw_gain,
-                                compile_cost_,
-                                raw_gain - compile_cost_,
-                                "it ran out of memory at its compile within "
-                                "adaptive.out_of_memory_cooldown_seconds",
-                                Combination(k)};
-        continue;  // the next best may compile
-      }
-      if (budgeted) {
-        const GearCombination c = Combination(k);
-        const std::optional<int64_t> added =
-            memory_.predictor->AddedBytes(std::vector<int64_t>{c[0], c[1]});
-        if (added.has_value() && bytes + *added > memory_.budget_bytes) {
-          declined = ChangeRecord{
-              dims_,
-              ChangeAction::kCompile,
-              0,
-              0,
-              raw_gain,
-              compile_cost_,
-              raw_gain - compile_cost_,
-              Cat("its predicted ", *added, " bytes would take the gears' memory from ", bytes,
-                  " to ", bytes + *added,
-                  " bytes, past memory_budget_bytes = ", memory_.budget_bytes),
-              c};
-          break;
-        }
-        bytes += added.value_or(0);
-      }
-      in_set_[k] = 1;
+      bytes += added;
       ++in_use;
-      out_->record.changes.push_back({dims_, ChangeAction::kCompile, 0, 0, raw_gain, compile_cost_,
-                                      raw_gain - compile_cost_, "gain clears the hysteresis",
-                                      Combination(k)});
+      Take(k, "gain clears the hysteresis");
+    }
+    if (!full) Cover(&in_use, &bytes, &declined);
+    if (declined) out_->record.declined.push_back(*declined);
+  }
+
+  // Past what pays: while more than max_uncompiled_share of the window's
+  // variants would run uncompiled, compile, of the combinations that would
+  // serve some of them, the one that gains most (the least padding for what
+  // it serves: on a joint set the cell's own combination before a larger
+  // one covering more cells), within the cap and the memory budget. Gains
+  // only shrink as the set grows: a lazy heap, as above.
+  void Cover(size_t* in_use, int64_t* bytes, std::optional<ChangeRecord>* declined) {
+    const double total = TrafficWeight();
+    const double bound = UncompiledBound();
+    double uncompiled = UncompiledWeight();
+    if (uncompiled <= bound) return;
+    auto unserved = [&](size_t k) {
+      double w = 0;
       ForEachServed(k / n1_, k % n1_, [&](size_t i, size_t j) {
         const size_t c = At(i, j);
-        if (weight_[c] > 0)
-          best_cost_[c] = std::min(best_cost_[c], weight_[c] * RunTime(k / n1_, k % n1_));
+        if (weight_[c] > 0 && servers_[c] == 0) w += weight_[c];
       });
+      return w;
+    };
+    double served = 0;
+    std::vector<std::pair<double, size_t>> queue;
+    for (size_t k = 0; k < n0_ * n1_; ++k) {
+      if (!in_set_[k] && unserved(k) > 0) queue.push_back({GainOf(k, &served), k});
     }
-    if (declined) out_->record.declined.push_back(*declined);
+    std::make_heap(queue.begin(), queue.end());
+    while (uncompiled > bound && !queue.empty()) {
+      std::pop_heap(queue.begin(), queue.end());
+      const size_t k = queue.back().second;
+      queue.pop_back();
+      const double w = unserved(k);
+      if (w <= 0) continue;
+      if (const double gain = GainOf(k, &served); !queue.empty() && gain < queue.front().first) {
+        queue.push_back({gain, k});
+        std::push_heap(queue.begin(), queue.end());
+        continue;
+      }
+      const std::string why =
+          Cat("the window's uncompiled variants, ", uncompiled / total,
+              " of them, are above replan.max_uncompiled_share = ", o_.max_uncompiled_share,
+              "; it serves ", w, " of them");
+      int64_t added = 0;
+      bool skip_only = false;
+      if (auto refused = Refusal(k, *in_use, *bytes, &added, &skip_only)) {
+        *declined = CompileRecord(k, Cat(why, ", but ", *refused));
+        if (skip_only) continue;
+        break;
+      }
+      *bytes += added;
+      ++*in_use;
+      Take(k, why);
+      uncompiled -= w;
+      if (declined->has_value() && (*declined)->combination == Combination(k)) declined->reset();
+    }
   }
 
   const GearSet& current_;
@@ -446,6 +545,7 @@ class CombinationChooser {
   std::vector<char> in_set_;
   std::vector<double> best_cost_, second_cost_;
   std::vector<int64_t> best_at_;
+  std::vector<char> servers_;  // per cell: compiled combinations serving it (0, 1, 2 or more)
 };
 
 }  // namespace

@@ -45,6 +45,10 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
         "replan.combination_interval_seconds", o.combination_interval_seconds,
         "0 (only at updates) or a finite number of seconds >= 0.001");
   }
+  if (!(o.max_uncompiled_share >= 0 && o.max_uncompiled_share <= 1)) {
+    return internal::InvalidFieldValue("replan.max_uncompiled_share", o.max_uncompiled_share,
+                                       "a share in [0, 1] (1: compile only what pays)");
+  }
   if (!(std::isfinite(o.warmup_check_seconds) && o.warmup_check_seconds > 0)) {
     return internal::InvalidFieldValue("replan.warmup_check_seconds", o.warmup_check_seconds,
                                        "a finite number of seconds > 0");

@@ -77,6 +77,17 @@ class AdaptiveGearRuntime::Impl {
   uint64_t sequence ABSL_GUARDED_BY(commit_mu) = 0;
   double last_update_time ABSL_GUARDED_BY(commit_mu);      // of the last update (not kCombinations)
   double last_any_update_time ABSL_GUARDED_BY(commit_mu);  // of the last update of any kind
+  // Whether a plan or event was recorded, since the last update or look
+  // started, with a variant that did not run on its own cell's combination
+  // of a joint or sparse set (Plan::any_off_cell, GearEvent::off_cell). A
+  // look at the combinations is due only then: a compile gains only on such
+  // variants. The request path only reads it until it sets it (relaxed: a
+  // hint for the schedule), so the line stays shared, never contended.
+  std::atomic<bool> off_cell_since_update{false};
+  void NoteOffCell() noexcept {
+    if (!off_cell_since_update.load(std::memory_order_relaxed))
+      off_cell_since_update.store(true, std::memory_order_relaxed);
+  }
   // The replan policy's cost model: options.replan.cost until
   // SetReplanCostModel replaces it (measured compile times, say).
   GearCostModel replan_cost ABSL_GUARDED_BY(commit_mu);
@@ -290,6 +301,7 @@ void AdaptiveGearRuntime::RecordPlan(const Plan& plan, double now) noexcept {
   for (int g = 0; g < groups; ++g) {
     impl_->AppendWithPolicy([&] { return impl_->events.AppendPlanGroup(plan, g, now); });
   }
+  if (plan.any_off_cell()) impl_->NoteOffCell();
 }
 
 absl::Status AdaptiveGearRuntime::RecordEvent(const GearEvent& event,
@@ -321,6 +333,7 @@ absl::Status AdaptiveGearRuntime::RecordEvent(const GearEvent& event,
   impl_->AppendWithPolicy([&] {
     return impl_->events.Append(event.time, event.count, event.raw.data(), event.gear.data());
   });
+  if (event.off_cell) impl_->NoteOffCell();
   if (!cleanup_keys.empty()) AttachCleanupKeys(event.gear, cleanup_keys);
   return absl::OkStatus();
 }
@@ -424,11 +437,13 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
   double last;
   double last_any;
   uint64_t sequence;
+  bool ran_off_cell;
   {
     MutexLock lock(&impl_->commit_mu);
     last = impl_->last_update_time;
     last_any = impl_->last_any_update_time;
     sequence = impl_->sequence;
+    ran_off_cell = impl_->off_cell_since_update.load(std::memory_order_relaxed);
   }
   // The replan policy's first plan comes as soon as the window holds enough
   // requests to plan from (the initial gears are usually a guess).
@@ -455,9 +470,12 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
                       *memory.bytes_in_use > memory.budget_bytes)) {
     return UpdateTrigger::kMemory;
   }
-  // Joint and sparse sets: a look at the combinations between updates.
+  // Joint and sparse sets: a look at the combinations between updates, once
+  // a variant ran off its cell's combination since the last one (a variant
+  // on its own cell's graph gains from no compile; drops wait for updates).
   const double look = LookIntervalSeconds();
-  if (sequence > 0 && look > 0 && now >= last_any + look) return UpdateTrigger::kCombinations;
+  if (sequence > 0 && look > 0 && ran_off_cell && now >= last_any + look)
+    return UpdateTrigger::kCombinations;
   return std::nullopt;
 }
 
@@ -514,6 +532,8 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
   std::vector<GraphKey> released;
   {
     MutexLock commit(&impl_->commit_mu);
+    // What is recorded off its cell from here on is for the next look.
+    impl_->off_cell_since_update.store(false, std::memory_order_relaxed);
     const UpdatePolicy policy = impl_->policy.load(std::memory_order_acquire);
     SnapshotRef current = GetSnapshot();
     WindowStats stats;
