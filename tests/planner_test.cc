@@ -214,7 +214,17 @@ TEST(CostModel, HeldGearsCostTheirHoldingAndTheDpMatchesExhaustiveSearch) {
     }
     EXPECT_NEAR(plan->cost.total, best, 1e-9) << "trial " << trial;
     EXPECT_NEAR(plan->cost.total, total(plan->plan.gears), 1e-9) << "trial " << trial;
+    // One DP for every budget plans what one DP per budget does.
+    auto per_budget = PlanWithHeldGearsPerBudget(h, 16, m, held, held_cost);
+    ASSERT_TRUE(per_budget.ok()) << per_budget.status();
+    ASSERT_EQ(per_budget->size(), 16u);
+    for (int b = 1; b <= 16; ++b) {
+      EXPECT_EQ((*per_budget)[b - 1], PlanWithHeldGears(h, b, m, held, held_cost)->plan.gears)
+          << "trial " << trial << ", budget " << b;
+    }
   }
+  EXPECT_THAT(std::string(PlanWithHeldGearsPerBudget(Sizes({4}), 0, m, {}, 1.0).status().message()),
+              ::testing::HasSubstr("--budget"));
   // A held gear saving less than a compile but more than its holding stays;
   // without it held, the plan does without it.
   const SizeHistogram two = Sizes({4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2});

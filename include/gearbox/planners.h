@@ -129,6 +129,11 @@ GEARBOX_EXPORT absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& s
                                                           const GearCostModel& model,
                                                           std::span<const int64_t> held,
                                                           double held_cost = 0.0);
+// The gears PlanWithHeldGears plans within every budget 1..max_budget
+// (element b - 1 for budget b), from one DP instead of one per budget.
+GEARBOX_EXPORT absl::StatusOr<std::vector<std::vector<int64_t>>> PlanWithHeldGearsPerBudget(
+    const SizeHistogram& sizes, int max_budget, const GearCostModel& model,
+    std::span<const int64_t> held, double held_cost = 0.0);
 
 // ---- Two-dimensional gears (seeds/001 §17.5.3) ----
 

@@ -235,9 +235,12 @@ namespace {
 // with exactly k gears plus the same constant for every k (the sizes' own
 // run time), so its smallest entry (the fewest gears on a tie) is the plan.
 // Empty when the DP plans nothing.
-std::vector<int64_t> CheapestDpGears(const SizeHistogram& candidates, int budget,
-                                     const GearCostModel& m, const std::vector<bool>& is_held,
-                                     double held_cost) {
+// Element b - 1: the plan within b gears, for every b up to max_budget,
+// from one DP (its layers do not depend on the budget).
+std::vector<std::vector<int64_t>> CheapestDpGearsPerBudget(const SizeHistogram& candidates,
+                                                           int max_budget, const GearCostModel& m,
+                                                           const std::vector<bool>& is_held,
+                                                           double held_cost) {
   std::vector<double> unit, fixed;
   for (size_t c = 0; c < candidates.values.size(); ++c) {
     const int64_t v = candidates.values[c];
@@ -247,41 +250,28 @@ std::vector<int64_t> CheapestDpGears(const SizeHistogram& candidates, int budget
   }
   std::vector<double> totals;
   std::vector<std::vector<int64_t>> per_count;
-  internal::SolveBucketDp(candidates, budget, unit, fixed, &totals, &per_count);
+  internal::SolveBucketDp(candidates, max_budget, unit, fixed, &totals, &per_count);
+  std::vector<std::vector<int64_t>> per_budget;
   size_t best_k = 0;
-  for (size_t k = 1; k < per_count.size(); ++k) {
-    if (best_k == 0 || totals[k] < totals[best_k]) best_k = k;
+  for (size_t b = 1; b <= static_cast<size_t>(max_budget); ++b) {
+    if (b < per_count.size() && (best_k == 0 || totals[b] < totals[best_k])) best_k = b;
+    per_budget.push_back(best_k > 0 ? per_count[best_k] : std::vector<int64_t>{});
   }
-  return best_k > 0 ? per_count[best_k] : std::vector<int64_t>{};
+  return per_budget;
 }
 
-// Fills the plan's raw and padded totals on `h` and its search description.
-absl::Status FinishPlan(const SizeHistogram& h, std::string search, CostPlan* best) {
-  best->plan.raw = h.total_size();
-  auto padded = PaddedTotal(h, best->plan.gears, false);
-  if (!padded.ok()) return padded.status();
-  best->plan.padded = *padded;
-  best->plan.search = std::move(search);
-  return absl::OkStatus();
+std::vector<int64_t> CheapestDpGears(const SizeHistogram& candidates, int budget,
+                                     const GearCostModel& m, const std::vector<bool>& is_held,
+                                     double held_cost) {
+  return CheapestDpGearsPerBudget(candidates, budget, m, is_held, held_cost).back();
 }
 
-}  // namespace
-
-absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
-                                           const GearCostModel& m, std::span<const int64_t> held,
-                                           double held_cost) {
-  if (auto s = CheckInput(h, budget, "--budget"); !s.ok()) return s;
-  if (auto s = ValidateCostModel(m); !s.ok()) return s;
-  if (!(std::isfinite(held_cost) && held_cost >= 0)) {
-    return internal::InvalidFieldValue("held_cost", held_cost, "a finite number >= 0");
-  }
-  // The sizes, and every held gear within their range as a candidate of
-  // its own (weight 0) that costs held_cost instead of a compile.
+// The sizes, and every held gear within their range as a candidate of its
+// own (weight 0); `is_held` marks the held ones, `*inside` counts them.
+SizeHistogram HeldGearCandidates(const SizeHistogram& h, std::span<const int64_t> held,
+                                 std::vector<bool>* is_held, size_t* inside_count) {
   std::vector<int64_t> sorted_held(held.begin(), held.end());
   std::sort(sorted_held.begin(), sorted_held.end());
-  auto held_at = [&](int64_t v) {
-    return std::binary_search(sorted_held.begin(), sorted_held.end(), v);
-  };
   std::vector<int64_t> inside;
   for (int64_t g : sorted_held) {
     if (g >= h.values.front() && g <= h.values.back() && (inside.empty() || inside.back() != g))
@@ -301,8 +291,45 @@ absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
     candidates.counts.push_back(h.counts[i]);
     ++i;
   }
+  is_held->clear();
+  for (int64_t v : candidates.values)
+    is_held->push_back(std::binary_search(sorted_held.begin(), sorted_held.end(), v));
+  *inside_count = inside.size();
+  return candidates;
+}
+
+absl::Status CheckHeldInput(const SizeHistogram& h, int budget, const GearCostModel& m,
+                            double held_cost) {
+  if (auto s = CheckInput(h, budget, "--budget"); !s.ok()) return s;
+  if (auto s = ValidateCostModel(m); !s.ok()) return s;
+  if (!(std::isfinite(held_cost) && held_cost >= 0)) {
+    return internal::InvalidFieldValue("held_cost", held_cost, "a finite number >= 0");
+  }
+  return absl::OkStatus();
+}
+
+// Fills the plan's raw and padded totals on `h` and its search description.
+absl::Status FinishPlan(const SizeHistogram& h, std::string search, CostPlan* best) {
+  best->plan.raw = h.total_size();
+  auto padded = PaddedTotal(h, best->plan.gears, false);
+  if (!padded.ok()) return padded.status();
+  best->plan.padded = *padded;
+  best->plan.search = std::move(search);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
+                                           const GearCostModel& m, std::span<const int64_t> held,
+                                           double held_cost) {
+  if (auto s = CheckHeldInput(h, budget, m, held_cost); !s.ok()) return s;
+  // The sizes, and every held gear within their range as a candidate of
+  // its own (weight 0) that costs held_cost instead of a compile.
   std::vector<bool> is_held;
-  for (int64_t v : candidates.values) is_held.push_back(held_at(v));
+  size_t inside = 0;
+  const SizeHistogram candidates = HeldGearCandidates(h, held, &is_held, &inside);
+  auto held_at = [&](int64_t v) { return std::find(held.begin(), held.end(), v) != held.end(); };
   CostPlan best;
   best.plan.gears = CheapestDpGears(candidates, budget, m, is_held, held_cost);
   if (best.plan.gears.empty()) return absl::InternalError("the DP planned no gears");
@@ -314,12 +341,22 @@ absl::StatusOr<CostPlan> PlanWithHeldGears(const SizeHistogram& h, int budget,
   best.cost.compile_seconds -= held_compiles * m.compile_seconds;
   best.cost.total += held_compiles * (held_cost - m.alpha * m.compile_seconds);
   if (auto s = FinishPlan(h,
-                          Cat("dp, best of 1..", budget, " gears under the cost model, ",
-                              inside.size(), " held gears at their holding cost"),
+                          Cat("dp, best of 1..", budget, " gears under the cost model, ", inside,
+                              " held gears at their holding cost"),
                           &best);
       !s.ok())
     return s;
   return best;
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> PlanWithHeldGearsPerBudget(
+    const SizeHistogram& h, int max_budget, const GearCostModel& m, std::span<const int64_t> held,
+    double held_cost) {
+  if (auto s = CheckHeldInput(h, max_budget, m, held_cost); !s.ok()) return s;
+  std::vector<bool> is_held;
+  size_t inside = 0;
+  const SizeHistogram candidates = HeldGearCandidates(h, held, &is_held, &inside);
+  return CheapestDpGearsPerBudget(candidates, max_budget, m, is_held, held_cost);
 }
 
 absl::StatusOr<CostPlan> PlanWithCostModel(const SizeHistogram& h, int budget, PlanMethod method,

@@ -31,61 +31,98 @@ struct Move {
 // gear costs its holding instead of a compile), then on a non-splittable
 // dimension a tail from the planned top to the largest gear with no gap
 // wider than tail_ratio, reusing the current gears there.
-// The planned gears (DP, at most `budget`) and the tail above them.
-std::vector<int64_t> PlanTargetWithin(const Distribution& dist, const std::vector<int64_t>& current,
-                                      bool keep_max, const DimensionCost& cost, double horizon,
-                                      int budget, const ReplanOptions& o, bool held_discount) {
-  const GearCostModel& m = cost.model;
-  const int64_t max_gear = current.back();
-  const int64_t plan_top = keep_max ? std::min(dist.max_size(), max_gear) : dist.max_size();
-  const SizeHistogram hist = dist.Histogram(plan_top);
-  std::vector<int64_t> target;
-  if (!hist.values.empty()) {
-    GearCostModel scaled = m;
-    scaled.beta = m.beta * horizon;  // padding counted over the payback horizon
-    scaled.compile_seconds = m.compile_seconds * cost.combinations;
-    scaled.gamma = m.gamma * cost.combinations;
-    // A gear held already costs what holding it does, not a compile: the
-    // target keeps it unless another position saves more than that (not
-    // under memory pressure, where the gears the target lacks are given back).
-    auto plan = held_discount ? PlanWithHeldGears(hist, budget, scaled, current, cost.holding)
-                              : PlanWithCostModel(hist, budget, PlanMethod::kDp, scaled);
-    if (plan.ok()) target = plan->plan.gears;
+class TargetPlanner {
+ public:
+  TargetPlanner(const Distribution& dist, const std::vector<int64_t>& current, bool keep_max,
+                const DimensionCost& cost, double horizon, const ReplanOptions& o,
+                bool held_discount)
+      : current_(current),
+        keep_max_(keep_max),
+        o_(o),
+        held_discount_(held_discount),
+        plan_top_(keep_max ? std::min(dist.max_size(), current.back()) : dist.max_size()),
+        hist_(dist.Histogram(plan_top_)),
+        scaled_(cost.model),
+        holding_(cost.holding) {
+    scaled_.beta = cost.model.beta * horizon;  // padding counted over the payback horizon
+    scaled_.compile_seconds = cost.model.compile_seconds * cost.combinations;
+    scaled_.gamma = cost.model.gamma * cost.combinations;
   }
-  if (keep_max && (target.empty() || target.back() < max_gear)) {
-    double x = target.empty() ? static_cast<double>(plan_top) : static_cast<double>(target.back());
-    while (x * o.tail_ratio < static_cast<double>(max_gear)) {
-      const int64_t reach = static_cast<int64_t>(x * o.tail_ratio);
-      auto it = std::upper_bound(current.begin(), current.end(), reach);
-      int64_t next = (it != current.begin() && *std::prev(it) > static_cast<int64_t>(x))
-                         ? *std::prev(it)
-                         : reach;
-      target.push_back(next);
-      x = static_cast<double>(next);
-    }
-    target.push_back(max_gear);
-  }
-  std::sort(target.begin(), target.end());
-  target.erase(std::unique(target.begin(), target.end()), target.end());
-  return target;
-}
 
-// The target within `max_gears` gears, tail included: the DP gets fewer
-// gears while the tail does not fit beside them; a tail longer than the
-// cap alone loses its smallest rungs.
+  // The target within `max_gears` gears, tail included: the DP gets fewer
+  // gears while the tail does not fit beside them; a tail longer than the
+  // cap alone loses its smallest rungs.
+  std::vector<int64_t> Target(int max_gears) {
+    int budget = max_gears;
+    std::vector<int64_t> target;
+    for (;;) {
+      target = WithTail(Planned(budget));
+      const int excess = static_cast<int>(target.size()) - max_gears;
+      if (excess <= 0 || budget == 1) break;
+      budget = std::max(1, budget - excess);
+    }
+    while (static_cast<int>(target.size()) > max_gears) target.erase(target.begin());
+    return target;
+  }
+
+  // Targets within 1..max_gears gears, from one DP (CostCurve).
+  std::vector<std::vector<int64_t>> TargetsUpTo(int max_gears) {
+    if (held_discount_ && !hist_.values.empty()) {
+      auto plans = PlanWithHeldGearsPerBudget(hist_, max_gears, scaled_, current_, holding_);
+      if (plans.ok()) per_budget_ = *std::move(plans);
+    }
+    std::vector<std::vector<int64_t>> targets;
+    for (int k = 1; k <= max_gears; ++k) targets.push_back(Target(k));
+    return targets;
+  }
+
+ private:
+  // The DP's gears within `budget` (a held gear costs its holding; not
+  // under memory pressure, where the gears the target lacks are given back).
+  std::vector<int64_t> Planned(int budget) const {
+    if (hist_.values.empty()) return {};
+    if (static_cast<size_t>(budget) <= per_budget_.size()) return per_budget_[budget - 1];
+    auto plan = held_discount_ ? PlanWithHeldGears(hist_, budget, scaled_, current_, holding_)
+                               : PlanWithCostModel(hist_, budget, PlanMethod::kDp, scaled_);
+    return plan.ok() ? plan->plan.gears : std::vector<int64_t>{};
+  }
+
+  std::vector<int64_t> WithTail(std::vector<int64_t> target) const {
+    const int64_t max_gear = current_.back();
+    if (keep_max_ && (target.empty() || target.back() < max_gear)) {
+      double x =
+          target.empty() ? static_cast<double>(plan_top_) : static_cast<double>(target.back());
+      while (x * o_.tail_ratio < static_cast<double>(max_gear)) {
+        const int64_t reach = static_cast<int64_t>(x * o_.tail_ratio);
+        auto it = std::upper_bound(current_.begin(), current_.end(), reach);
+        int64_t next = (it != current_.begin() && *std::prev(it) > static_cast<int64_t>(x))
+                           ? *std::prev(it)
+                           : reach;
+        target.push_back(next);
+        x = static_cast<double>(next);
+      }
+      target.push_back(max_gear);
+    }
+    std::sort(target.begin(), target.end());
+    target.erase(std::unique(target.begin(), target.end()), target.end());
+    return target;
+  }
+
+  const std::vector<int64_t>& current_;
+  const bool keep_max_;
+  const ReplanOptions& o_;
+  const bool held_discount_;
+  const int64_t plan_top_;
+  const SizeHistogram hist_;
+  GearCostModel scaled_;
+  const double holding_;
+  std::vector<std::vector<int64_t>> per_budget_;  // TargetsUpTo's one DP
+};
+
 std::vector<int64_t> PlanTarget(const Distribution& dist, const std::vector<int64_t>& current,
                                 bool keep_max, const DimensionCost& cost, double horizon,
                                 int max_gears, const ReplanOptions& o, bool held_discount = true) {
-  int budget = max_gears;
-  std::vector<int64_t> target;
-  for (;;) {
-    target = PlanTargetWithin(dist, current, keep_max, cost, horizon, budget, o, held_discount);
-    const int excess = static_cast<int>(target.size()) - max_gears;
-    if (excess <= 0 || budget == 1) break;
-    budget = std::max(1, budget - excess);
-  }
-  while (static_cast<int>(target.size()) > max_gears) target.erase(target.begin());
-  return target;
+  return TargetPlanner(dist, current, keep_max, cost, horizon, o, held_discount).Target(max_gears);
 }
 
 // Moves one dimension's gears from `current` toward `target`.
@@ -567,12 +604,13 @@ std::vector<double> CostCurve(const GearSet& gears, int d, const DimensionStats*
   if (!dist.has_value()) return {0.0};
   const double horizon = HorizonFactor(ds->observed_seconds, adaptive, o);
   const bool keep_max = !spec.splittable;
-  const size_t wanted =
-      PlanTarget(*dist, current, keep_max, cost, horizon, adaptive.max_gears_per_type, o).size();
+  TargetPlanner planner(*dist, current, keep_max, cost, horizon, o, /*held_discount=*/true);
+  const std::vector<std::vector<int64_t>> targets =
+      planner.TargetsUpTo(adaptive.max_gears_per_type);
+  const size_t wanted = targets.back().size();
   std::vector<double> curve;
   for (size_t k = 1; k <= wanted; ++k) {
-    const std::vector<int64_t> target =
-        PlanTarget(*dist, current, keep_max, cost, horizon, static_cast<int>(k), o);
+    const std::vector<int64_t>& target = targets[k - 1];
     curve.push_back(cost.model.beta * horizon * dist->Padding(target, spec.splittable) +
                     cost.compile * static_cast<double>(target.size()));
   }
