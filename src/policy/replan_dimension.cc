@@ -346,11 +346,12 @@ class DimensionReplanner {
   }
 
   // A move with its gain, threshold and, if a rule forbids it, why.
-  Move Consider(ChangeAction action, int64_t add, int64_t remove, double base) const {
+  Move Consider(ChangeAction action, int64_t add, int64_t remove, double base,
+                std::optional<double> gain = std::nullopt) const {
     Move mv{action,
             add,
             remove,
-            GainOf(add, remove, base),
+            gain.has_value() ? *gain : GainOf(add, remove, base),
             add ? cost_.compile : 0.0,
             ThresholdFor(add),
             ""};
@@ -405,8 +406,15 @@ class DimensionReplanner {
     *any_removal = !removes.empty();
     std::vector<Move> moves;
     if (target_.empty()) return moves;
-    for (int64_t t : adds) moves.push_back(Consider(ChangeAction::kAdd, t, 0, base));
-    for (int64_t c : removes) moves.push_back(Consider(ChangeAction::kRemove, 0, c, base));
+    std::map<int64_t, double> add_gain, remove_gain;
+    for (int64_t t : adds) {
+      moves.push_back(Consider(ChangeAction::kAdd, t, 0, base));
+      add_gain[t] = moves.back().gain;
+    }
+    for (int64_t c : removes) {
+      moves.push_back(Consider(ChangeAction::kRemove, 0, c, base));
+      remove_gain[c] = moves.back().gain;
+    }
     // At the addition cap a target gear can only come in for another: there,
     // within its planned share, any gear the target lacks may make room (an
     // add and a far removal as one replacement); otherwise only a neighbour
@@ -418,8 +426,15 @@ class DimensionReplanner {
       const int64_t next = above == set_.end() ? 0 : *above;
       const int64_t prev = above == set_.begin() ? 0 : *std::prev(above);
       for (int64_t c : removes) {
-        if (at_cap || c == next || c == prev) {
+        if (c == next || c == prev) {
           moves.push_back(Consider(ChangeAction::kReplace, t, c, base));
+        } else if (at_cap) {
+          // Far apart on a dimension that does not split, the sizes the
+          // addition takes and those the removal gives away are disjoint:
+          // the replacement gains what the two gain apart.
+          std::optional<double> gain;
+          if (!spec_.splittable) gain = add_gain[t] + remove_gain[c];
+          moves.push_back(Consider(ChangeAction::kReplace, t, c, base, gain));
         }
       }
     }
