@@ -260,11 +260,53 @@ TEST(Joint, NoDropLeavesMoreThanTheShareUncompiled) {
     if (share == 0.0) {
       EXPECT_THAT(record.combinations_after,
                   ElementsAre(GearCombination{4, 512}, GearCombination{16, 2048}));
+      EXPECT_THAT(record.combinations_removed, ::testing::IsEmpty());  // not dropped and recompiled
+      for (const ChangeRecord& c : record.changes) EXPECT_NE(c.action, ChangeAction::kDrop);
     } else {
       EXPECT_THAT(record.combinations_after, ElementsAre(GearCombination{16, 2048}));
       EXPECT_THAT(record.combinations_removed, ElementsAre(GearCombination{4, 512}));
     }
   }
+}
+
+TEST(Joint, TheOnlyGraphOfACellThatRunsCheaperUncompiledStays) {
+  // A trickle that fills a fraction of its cell models cheaper uncompiled
+  // (twice the run time at its exact size) than on the cell's graph: the
+  // graph is no cell's best, but the cell's only one, and with the default
+  // max_uncompiled_share it is neither dropped nor dropped and recompiled.
+  ReplanOptions o;
+  o.min_gear_lifetime_seconds = 0;
+  o.cost.compile_seconds = 1e6;  // no gear moves: the grid stays
+  JointFixture f(GearScheme::kSparse, {{16, 2048}, {4, 512}}, o);
+  for (int i = 0; i < 6000; ++i) f.Request(16, 2048, i * 0.05);
+  for (int i = 0; i < 30; ++i) f.Request(3, 300, 10 + i * 9.0);
+  const UpdateRecord record = *f.runtime->RunOnce(300);
+  EXPECT_THAT(record.combinations_after,
+              ElementsAre(GearCombination{4, 512}, GearCombination{16, 2048}));
+  for (const ChangeRecord& c : record.changes) {
+    EXPECT_NE(c.combination, (GearCombination{4, 512})) << c.reason;
+  }
+}
+
+TEST(Joint, AtTheCapAThinCombinationMakesRoomForTrafficWithoutAGraph) {
+  // Three combinations at most, all compiled: heavy traffic on two, a
+  // trickle on the third, and a new cell carrying heavy traffic. Keeping
+  // the trickle's graph would keep the new traffic uncompiled: at the cap
+  // the share does not hold a drop back.
+  ReplanOptions o;
+  o.min_gear_lifetime_seconds = 0;
+  o.max_combinations = 3;
+  JointFixture f(GearScheme::kSparse, {{16, 2048}, {4, 2048}, {4, 512}}, o);
+  for (int i = 0; i < 6000; ++i) {
+    f.Request(16, 2048, i * 0.05);
+    f.Request(4, 2048, i * 0.05);
+    f.Request(16, 512, i * 0.05);
+  }
+  for (int i = 0; i < 2; ++i) f.Request(4, 512, 100 + i * 100.0);
+  const UpdateRecord record = *f.runtime->RunOnce(300);
+  EXPECT_THAT(
+      record.combinations_after,
+      ElementsAre(GearCombination{4, 2048}, GearCombination{16, 512}, GearCombination{16, 2048}));
 }
 
 TEST(Joint, OfTwoEqualCombinationsServingACellOnlyOneGoes) {

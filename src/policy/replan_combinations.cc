@@ -63,6 +63,7 @@ class CombinationChooser {
     BuildCells();
     BuildTraffic(stats);
     MarkSurvivors();
+    dropped_.assign(n0_ * n1_, 0);
   }
 
   void Run() {
@@ -199,12 +200,13 @@ class CombinationChooser {
     second_cost_.resize(n0_ * n1_);
     best_at_.resize(n0_ * n1_, -1);
     servers_.assign(n0_ * n1_, 0);
+    sole_.assign(n0_ * n1_, 0);
     for (size_t c : traffic_) {
       best_cost_[c] = second_cost_[c] = uncompiled_[c];
       best_at_[c] = -1;
       ForEachServer(c / n1_, c % n1_, [&](size_t ki, size_t kj) {
         if (!in_set_[At(ki, kj)]) return;
-        servers_[c] = static_cast<char>(std::min(servers_[c] + 1, 2));
+        Served(c, At(ki, kj));
         const double v = weight_[c] * RunTime(ki, kj);
         if (v < best_cost_[c]) {
           second_cost_[c] = best_cost_[c];
@@ -230,6 +232,11 @@ class CombinationChooser {
     return w;
   }
   double UncompiledBound() const { return o_.max_uncompiled_share * TrafficWeight(); }
+  // One more compiled combination, k, serves cell c.
+  void Served(size_t c, size_t k) {
+    if (servers_[c] == 0) sole_[c] = k;
+    servers_[c] = static_cast<char>(std::min(servers_[c] + 1, 2));
+  }
 
   // Drop what keeps too little: a combination whose traffic would lose less
   // than holding one graph if it ran elsewhere. Those that are no cell's
@@ -253,17 +260,24 @@ class CombinationChooser {
       std::vector<char> best_somewhere(n0_ * n1_, 0);
       std::vector<double> uncovers(n0_ * n1_, 0.0);  // variants left with no graph if it goes
       for (size_t c : traffic_) {
+        // A cell's only server leaves it uncompiled, whether or not it is the
+        // cell's best (running uncompiled may model cheaper than a large graph).
+        if (servers_[c] == 1) uncovers[sole_[c]] += weight_[c];
         if (best_at_[c] < 0) continue;
         const auto b = static_cast<size_t>(best_at_[c]);
         loss[b] += scale_ * (second_cost_[c] - best_cost_[c]);
         best_somewhere[b] = 1;
-        if (servers_[c] == 1) uncovers[b] += weight_[c];
       }
-      // A drop that would leave more than max_uncompiled_share of the window
-      // uncompiled is not made, unless the set must shrink.
-      const double room = UncompiledBound() - UncompiledWeight();
+      const std::vector<double> traffic_loss = loss;  // before memory
+      // Below the cap, a drop that would leave more than max_uncompiled_share
+      // of the window uncompiled is not made (at the cap a drop makes room
+      // for a compile that may serve more; above it, or with memory high,
+      // the set must shrink). 1: no such bound.
+      const double total = TrafficWeight();
+      const double room = UncompiledBound() - UncompiledWeight() + 1e-9 * total;
+      const bool bounded = o_.max_uncompiled_share < 1 && !over && !memory_.high && InUse() < cap_;
       auto uncovers_too_much = [&](size_t k) {
-        return !over && !memory_.high && uncovers[k] > 0 && uncovers[k] > room;
+        return bounded && uncovers[k] > 0 && uncovers[k] > room;
       };
       std::vector<size_t> go;
       int64_t least = -1;
@@ -279,10 +293,9 @@ class CombinationChooser {
         if (!memory_.high && !over && c != created_.end() &&
             now_ - c->second < o_.min_gear_lifetime_seconds)
           continue;
-        if (loss[k] <= 0 && !best_somewhere[k]) {
-          go.push_back(k);  // no cell's best: these go together, every cell keeps its best
-        } else if (uncovers_too_much(k)) {
-          continue;
+        if (uncovers_too_much(k)) continue;
+        if (loss[k] <= 0 && !best_somewhere[k] && uncovers[k] <= 0) {
+          go.push_back(k);  // no cell's best nor only server: these go together
         } else if (loss[k] <= 0 && !over) {
           if (tied < 0) tied = static_cast<int64_t>(k);  // one at a time: its equal may go next
         } else {
@@ -311,11 +324,14 @@ class CombinationChooser {
       if (go.empty()) break;
       for (size_t k : go) {
         in_set_[k] = 0;
+        dropped_[k] = 1;
         ++dropped;
         out_->record.changes.push_back(
             {dims_, ChangeAction::kDrop, 0, 0, -loss[k], 0.0, -loss[k],
              loss[k] <= 0 && !best_somewhere[k] ? "no traffic of the window runs best on it"
-             : loss[k] <= 0                     ? "another combination serves its traffic as well"
+             : loss[k] <= 0 && traffic_loss[k] <= 0
+                 ? "another combination serves its traffic as well"
+             : loss[k] <= 0       ? "its memory costs more than its traffic saves"
              : loss[k] < holding_ ? "its traffic loses less than holding one graph elsewhere"
              : over               ? "the set is above replan.max_graphs"
                                   : "memory is high",
@@ -411,7 +427,7 @@ class CombinationChooser {
       const size_t c = At(i, j);
       if (weight_[c] <= 0) return;
       best_cost_[c] = std::min(best_cost_[c], weight_[c] * RunTime(k / n1_, k % n1_));
-      servers_[c] = static_cast<char>(std::min(servers_[c] + 1, 2));
+      Served(c, k);
     });
   }
 
@@ -430,7 +446,7 @@ class CombinationChooser {
     size_t in_use = InUse();
     int64_t bytes = Budgeted() ? BytesAfterDrops() : 0;
     std::optional<ChangeRecord> declined;
-    bool full = false;  // the cap or the budget stopped the compiles
+    bool full = false;  // the cap stopped the compiles
     while (!queue.empty()) {
       std::pop_heap(queue.begin(), queue.end());
       const size_t k = queue.back().second;
@@ -456,7 +472,7 @@ class CombinationChooser {
       if (auto refused = Refusal(k, in_use, bytes, &added, &skip_only)) {
         declined = CompileRecord(k, *refused);
         if (skip_only) continue;  // the next best may compile
-        full = true;
+        full = in_use >= cap_;    // past the byte budget, a smaller one may still cover
         break;
       }
       bytes += added;
@@ -489,7 +505,7 @@ class CombinationChooser {
     double served = 0;
     std::vector<std::pair<double, size_t>> queue;
     for (size_t k = 0; k < n0_ * n1_; ++k) {
-      if (!in_set_[k] && unserved(k) > 0) queue.push_back({GainOf(k, &served), k});
+      if (!in_set_[k] && !dropped_[k] && unserved(k) > 0) queue.push_back({GainOf(k, &served), k});
     }
     std::make_heap(queue.begin(), queue.end());
     while (uncompiled > bound && !queue.empty()) {
@@ -511,7 +527,7 @@ class CombinationChooser {
       bool skip_only = false;
       if (auto refused = Refusal(k, *in_use, *bytes, &added, &skip_only)) {
         *declined = CompileRecord(k, Cat(why, ", but ", *refused));
-        if (skip_only) continue;
+        if (skip_only || *in_use < cap_) continue;  // a smaller one may fit the byte budget
         break;
       }
       *bytes += added;
@@ -546,6 +562,8 @@ class CombinationChooser {
   std::vector<double> best_cost_, second_cost_;
   std::vector<int64_t> best_at_;
   std::vector<char> servers_;  // per cell: compiled combinations serving it (0, 1, 2 or more)
+  std::vector<size_t> sole_;   // per cell served by one: that combination
+  std::vector<char> dropped_;  // dropped by this decision: Cover does not take them back
 };
 
 }  // namespace

@@ -82,7 +82,9 @@ class AdaptiveGearRuntime::Impl {
   // of a joint or sparse set (Plan::any_off_cell, GearEvent::off_cell). A
   // look at the combinations is due only then: a compile gains only on such
   // variants. The request path only reads it until it sets it (relaxed: a
-  // hint for the schedule), so the line stays shared, never contended.
+  // hint for the schedule), so the line stays shared, never contended. A
+  // set racing the clear at an update's start may be lost, as may the flag
+  // of an update that fails: the next such plan, or the next update, looks.
   std::atomic<bool> off_cell_since_update{false};
   void NoteOffCell() noexcept {
     if (!off_cell_since_update.load(std::memory_order_relaxed))
