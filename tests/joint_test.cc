@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <initializer_list>
 #include <random>
 
 #include "gearbox/runtime.h"
@@ -95,6 +96,12 @@ struct JointFixture {
     Plan plan;
     ASSERT_TRUE(MakePlan(*runtime->GetSnapshot(), raw, &plan).ok());
     runtime->RecordPlan(plan, t);
+  }
+  // Five minutes of heavy traffic, one request every 50 ms on each cell.
+  void Steady(std::initializer_list<GearCombination> cells) {
+    for (int i = 0; i < 6000; ++i) {
+      for (const GearCombination& c : cells) Request(c[0], c[1], i * 0.05);
+    }
   }
 };
 
@@ -297,11 +304,7 @@ TEST(Joint, AtTheCapAThinCombinationMakesRoomForTrafficWithoutAGraph) {
   o.min_gear_lifetime_seconds = 0;
   o.max_combinations = 3;
   JointFixture f(GearScheme::kSparse, {{16, 2048}, {4, 2048}, {4, 512}}, o);
-  for (int i = 0; i < 6000; ++i) {
-    f.Request(16, 2048, i * 0.05);
-    f.Request(4, 2048, i * 0.05);
-    f.Request(16, 512, i * 0.05);
-  }
+  f.Steady({{16, 2048}, {4, 2048}, {16, 512}});
   for (int i = 0; i < 2; ++i) f.Request(4, 512, 100 + i * 100.0);
   const UpdateRecord record = *f.runtime->RunOnce(300);
   EXPECT_THAT(
@@ -321,10 +324,7 @@ TEST(Joint, OfTwoEqualCombinationsServingACellOnlyOneGoes) {
   o.min_gear_lifetime_seconds = 0;
   o.max_uncompiled_share = 1;
   JointFixture f(GearScheme::kJoint, {{4, 2048}, {16, 512}, {16, 2048}}, o);
-  for (int i = 0; i < 6000; ++i) {
-    f.Request(4, 512, i * 0.05);
-    f.Request(16, 2048, i * 0.05);
-  }
+  f.Steady({{4, 512}, {16, 2048}});
   const UpdateRecord record = *f.runtime->RunOnce(300);
   EXPECT_EQ(record.combinations_after.size(), 2u);
   ASSERT_EQ(record.combinations_removed.size(), 1u);
