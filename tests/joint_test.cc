@@ -170,7 +170,7 @@ TEST(Joint, TheReplanPolicyCompilesTheCombinationsTrafficPaysFor) {
   // Sparse, nothing compiled: heavy traffic on one cell pays for its graph,
   // a trickle on another does not (it keeps running uncompiled).
   JointFixture f(GearScheme::kSparse, std::vector<GearCombination>{{4, 2048}}, dear);
-  for (int i = 0; i < 6000; ++i) f.Request(16, 2048, i * 0.05);
+  f.Steady({{16, 2048}});
   for (int i = 0; i < 2; ++i) f.Request(4, 512, 100 + i * 100.0);
   // The trickle runs uncompiled meanwhile.
   {
@@ -203,7 +203,7 @@ TEST(Joint, TheReplanPolicyCompilesTheCombinationsTrafficPaysFor) {
   // it (within cover_ratio 4) instead of compiling its own; a cell 16 times
   // smaller than any combination runs uncompiled.
   JointFixture j(GearScheme::kJoint, {{16, 2048}}, dear);
-  for (int i = 0; i < 6000; ++i) j.Request(16, 2048, i * 0.05);
+  j.Steady({{16, 2048}});
   for (int i = 0; i < 2; ++i) j.Request(16, 512, 100 + i * 100.0);
   // Their events count for the cell's gear (512), not the combination's (2048).
   const WindowStats stats = j.runtime->BuildStatsSnapshot(300);
@@ -230,7 +230,7 @@ TEST(Joint, PastWhatPaysThinTrafficStillRunsOnAGraph) {
     dear.cost.compile_seconds = 200;
     dear.max_uncompiled_share = share;
     JointFixture f(GearScheme::kSparse, std::vector<GearCombination>{{4, 2048}}, dear);
-    for (int i = 0; i < 6000; ++i) f.Request(16, 2048, i * 0.05);
+    f.Steady({{16, 2048}});
     for (int i = 0; i < 2; ++i) f.Request(4, 512, 100 + i * 100.0);
     const UpdateRecord record = *f.runtime->RunOnce(300);
     const bool compiled =
@@ -261,7 +261,7 @@ TEST(Joint, NoDropLeavesMoreThanTheShareUncompiled) {
     o.min_gear_lifetime_seconds = 0;
     o.max_uncompiled_share = share;
     JointFixture f(GearScheme::kSparse, {{16, 2048}, {4, 512}}, o);
-    for (int i = 0; i < 6000; ++i) f.Request(16, 2048, i * 0.05);
+    f.Steady({{16, 2048}});
     for (int i = 0; i < 2; ++i) f.Request(4, 512, 100 + i * 100.0);
     const UpdateRecord record = *f.runtime->RunOnce(300);
     if (share == 0.0) {
@@ -285,7 +285,7 @@ TEST(Joint, TheOnlyGraphOfACellThatRunsCheaperUncompiledStays) {
   o.min_gear_lifetime_seconds = 0;
   o.cost.compile_seconds = 1e6;  // no gear moves: the grid stays
   JointFixture f(GearScheme::kSparse, {{16, 2048}, {4, 512}}, o);
-  for (int i = 0; i < 6000; ++i) f.Request(16, 2048, i * 0.05);
+  f.Steady({{16, 2048}});
   for (int i = 0; i < 30; ++i) f.Request(3, 300, 10 + i * 9.0);
   const UpdateRecord record = *f.runtime->RunOnce(300);
   EXPECT_THAT(record.combinations_after,

@@ -157,6 +157,7 @@ class CombinationChooser {
     }
     for (size_t c = 0; c < n0_ * n1_; ++c) {
       if (weight_[c] > 0) traffic_.push_back(c);
+      traffic_weight_ += weight_[c];
     }
   }
 
@@ -219,19 +220,14 @@ class CombinationChooser {
     }
   }
 
-  // The window's variants that a compiled combination could serve, and those
-  // that none of the set serves (after Assign; a compile updates servers_).
-  double TrafficWeight() const {
-    double w = 0;
-    for (size_t c : traffic_) w += weight_[c];
-    return w;
-  }
+  // The window's variants that none of the set serves (after Assign; a
+  // compile updates servers_), and how many of them may be.
   double UncompiledWeight() const {
     double w = 0;
     for (size_t c : traffic_) w += servers_[c] == 0 ? weight_[c] : 0.0;
     return w;
   }
-  double UncompiledBound() const { return o_.max_uncompiled_share * TrafficWeight(); }
+  double UncompiledBound() const { return o_.max_uncompiled_share * traffic_weight_; }
   // One more compiled combination, k, serves cell c.
   void Served(size_t c, size_t k) {
     if (servers_[c] == 0) sole_[c] = k;
@@ -273,8 +269,7 @@ class CombinationChooser {
       // of the window uncompiled is not made (at the cap a drop makes room
       // for a compile that may serve more; above it, or with memory high,
       // the set must shrink). 1: no such bound.
-      const double total = TrafficWeight();
-      const double room = UncompiledBound() - UncompiledWeight() + 1e-9 * total;
+      const double room = UncompiledBound() - UncompiledWeight() + 1e-9 * traffic_weight_;
       const bool bounded = o_.max_uncompiled_share < 1 && !over && !memory_.high && InUse() < cap_;
       auto uncovers_too_much = [&](size_t k) {
         return bounded && uncovers[k] > 0 && uncovers[k] > room;
@@ -420,7 +415,7 @@ class CombinationChooser {
   }
 
   // Compiles combination k: every cell it serves better runs on it.
-  void Take(size_t k, std::string reason) {
+  void AddToSet(size_t k, std::string reason) {
     out_->record.changes.push_back(CompileRecord(k, std::move(reason)));
     in_set_[k] = 1;
     ForEachServed(k / n1_, k % n1_, [&](size_t i, size_t j) {
@@ -477,7 +472,7 @@ class CombinationChooser {
       }
       bytes += added;
       ++in_use;
-      Take(k, "gain clears the hysteresis");
+      AddToSet(k, "gain clears the hysteresis");
     }
     if (!full) Cover(&in_use, &bytes, &declined);
     if (declined) out_->record.declined.push_back(*declined);
@@ -490,7 +485,7 @@ class CombinationChooser {
   // one covering more cells), within the cap and the memory budget. Gains
   // only shrink as the set grows: a lazy heap, as above.
   void Cover(size_t* in_use, int64_t* bytes, std::optional<ChangeRecord>* declined) {
-    const double total = TrafficWeight();
+    const double total = traffic_weight_;
     const double bound = UncompiledBound();
     double uncompiled = UncompiledWeight();
     if (uncompiled <= bound) return;
@@ -532,7 +527,7 @@ class CombinationChooser {
       }
       *bytes += added;
       ++*in_use;
-      Take(k, why);
+      AddToSet(k, why);
       uncompiled -= w;
       if (declined->has_value() && (*declined)->combination == Combination(k)) declined->reset();
     }
@@ -558,6 +553,7 @@ class CombinationChooser {
   std::vector<double> cell_volume_, cell_run_, cell_memory_;
   std::vector<double> weight_, uncompiled_;
   std::vector<size_t> traffic_;  // cells with traffic
+  double traffic_weight_ = 0;    // their decayed variants: what a graph could serve
   std::vector<char> in_set_;
   std::vector<double> best_cost_, second_cost_;
   std::vector<int64_t> best_at_;

@@ -52,7 +52,7 @@ class TargetPlanner {
   // The target within `max_gears` gears, tail included: the DP gets fewer
   // gears while the tail does not fit beside them; a tail longer than the
   // cap alone loses its smallest rungs.
-  std::vector<int64_t> Target(int max_gears) {
+  std::vector<int64_t> Target(int max_gears) const {
     int budget = max_gears;
     std::vector<int64_t> target;
     for (;;) {
