@@ -75,7 +75,8 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
     "replan": {"compile_seconds": 0.5, "seconds_per_unit": 3e-7, "runtime_exponent": 2,
                "payback_seconds": 1800, "min_gain_ratio": 2, "warmup_check_seconds": 5,
                "combination_interval_seconds": 0, "max_uncompiled_share": 0.02,
-               "max_changes_per_update": 4, "tail_ratio": 3, "max_graphs": 48}
+               "max_changes_per_update": 4, "tail_ratio": 3, "max_graphs": 48,
+               "idle_graph_release_seconds": 900}
   })");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->replan.cost.compile_seconds, 0.5);
@@ -89,8 +90,20 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
   EXPECT_EQ(c->replan.max_changes_per_update, 4);
   EXPECT_EQ(c->replan.tail_ratio, 3);
   EXPECT_EQ(c->replan.max_graphs, 48);
+  EXPECT_EQ(c->replan.idle_graph_release_seconds, 900);
   EXPECT_EQ(c->replan.min_gear_lifetime_seconds,
             ReplanOptions{}.min_gear_lifetime_seconds);  // untouched default
+}
+
+TEST(Config, ABadIdleGraphReleaseNamesTheKey) {
+  for (const char* bad : {"-1", "\"600\"", "null", "true"}) {
+    auto c = ParseConfig(
+        std::string(
+            R"({"dims": [{"name": "SEQLEN", "gears": [8]}], "replan": {"idle_graph_release_seconds": )") +
+        bad + "}}");
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_THAT(c.status().message(), HasSubstr("replan.idle_graph_release_seconds")) << bad;
+  }
 }
 
 TEST(Config, ParsesJointGearSets) {

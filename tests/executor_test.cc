@@ -170,8 +170,9 @@ struct Fixture {
   std::unique_ptr<GearedExecutor> executor;
   explicit Fixture(GearScheme scheme = GearScheme::kIndependent,
                    std::vector<GearCombination> combinations = {}, double cover_ratio = 4.0,
-                   ExecutorOptions options = {}) {
+                   ExecutorOptions options = {}, double idle_graph_release_seconds = 0) {
     RuntimeOptions o;
+    o.replan.idle_graph_release_seconds = idle_graph_release_seconds;
     o.clock = &clock;
     o.pool = &pool;
     o.start_worker = false;
@@ -679,6 +680,33 @@ TEST(Executor, TheUpdateThatEvictsAGearDropsTheExecutorsReferenceAtOnce) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(f.executor->cached_executables(), 0u);  // not only on its next use
   EXPECT_EQ(f.shared.alive.load(), 0);              // no request runs it: released now
+}
+
+// replan.idle_graph_release_seconds: the update that releases an idle
+// graph drops the executor's reference with it, and the gear's next request
+// compiles it again.
+TEST(Executor, AnIdleGraphIsDroppedAndCompiledAgainOnItsNextRequest) {
+  Fixture f(GearScheme::kIndependent, {}, 4.0, {}, /*idle_graph_release_seconds=*/600);
+  ASSERT_TRUE(f.RunAndCheck(1, 7).ok());  // compiles (1, 8) at t = 0
+  for (int i = 0; i <= 70; ++i) {         // then only (1, 4), every 10 s
+    f.clock.Set(10.0 * i);
+    ASSERT_TRUE(f.RunAndCheck(1, 3).ok());
+  }
+  EXPECT_EQ(f.shared.compiles.load(), 2);
+  EXPECT_EQ(f.executor->cached_executables(), 2u);
+  auto r = f.runtime->RunOnce(700.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // SEQLEN is not splittable: 8, its largest gear, stays; its graph goes.
+  EXPECT_THAT(r->gears_after[1], ElementsAre(4, 8));
+  EXPECT_THAT(r->graphs_released_idle[1], ElementsAre(8));
+  EXPECT_EQ(f.executor->cached_executables(), 1u);
+  EXPECT_EQ(f.shared.alive.load(), 1);
+  EXPECT_EQ(f.shared.released_while_running.load(), 0);
+  f.clock.Set(705.0);
+  ASSERT_TRUE(f.RunAndCheck(1, 7).ok());
+  EXPECT_EQ(f.shared.compiles.load(), 3);
+  EXPECT_EQ(f.executor->cached_executables(), 2u);
+  EXPECT_EQ(f.executor->stats().failed_requests, 0u);
 }
 
 TEST(Executor, HitsAndEvictionsFromManyThreadsNeverReleaseARunningExecutable) {

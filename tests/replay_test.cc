@@ -183,6 +183,40 @@ TEST(Replay, RecompilesAfterEvictionAndAveragesGearCountsOverTime) {
   EXPECT_EQ(r->gear_timeline.size(), 1u + r->updates);
 }
 
+// replan.idle_graph_release_seconds in a replay: the largest gear (kept: not
+// splittable) runs at 0 and at 1500 only; with a release time of 600 its
+// graph goes at the first update 600 s after its run and is compiled again
+// at 1500, one compile more for about 880 s less of one graph.
+TEST(Replay, IdleGraphsLeaveTheGraphCountAndCompileAgainWhenHit) {
+  std::vector<std::pair<double, int64_t>> rows;
+  for (int t = 0; t <= 1600; ++t)
+    rows.push_back({static_cast<double>(t), t % 1500 == 0 ? 1000 : 32});
+  ReplayResult runs[2];
+  std::vector<double> released_at;
+  for (int i = 0; i < 2; ++i) {
+    RuntimeConfig c = SeqConfig({32, 1024});
+    c.replan.idle_graph_release_seconds = i == 0 ? 0.0 : 600.0;
+    ReplayOptions o;
+    o.policy = UpdatePolicy::kReplan;
+    o.on_update = [&](const UpdateRecord& r) {
+      EXPECT_THAT(r.gears_after[0], ::testing::Contains(1024));
+      if (!r.graphs_released_idle.empty() && !r.graphs_released_idle[0].empty()) {
+        EXPECT_THAT(r.graphs_released_idle[0], ElementsAre(1024));
+        released_at.push_back(r.time);
+      }
+    };
+    auto r = Replay(c, SeqTrace(rows), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    runs[i] = *std::move(r);
+  }
+  ASSERT_EQ(released_at.size(), 1u);  // none without the release; then once
+  EXPECT_GE(released_at[0], 600.0);
+  EXPECT_LT(released_at[0], 660.0);  // the first update after 600 s idle
+  EXPECT_EQ(runs[1].compiles, runs[0].compiles + 1);
+  EXPECT_NEAR(runs[0].avg_graphs - runs[1].avg_graphs, (1500.0 - released_at[0]) / 1600.0, 1e-9);
+  EXPECT_EQ(runs[1].padding_waste, runs[0].padding_waste);  // the gears are the same
+}
+
 TEST(Replay, ChurnCountsGearsEvictedWithinAnHourOfTheirAddition) {
   // Gear 2 (initial) goes idle and is evicted at 600: not churn. Then size 2
   // comes and goes every 300 s: re-added at 900, evicted at 1200, re-added at

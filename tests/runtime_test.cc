@@ -16,6 +16,8 @@
 namespace gearbox {
 namespace {
 
+using ::testing::Contains;
+using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -376,6 +378,79 @@ TEST(Runtime, KeysSharedByTwoDimensionsAreReleasedOnce) {
   EXPECT_THAT(record->removed[1], ElementsAre(64));
   EXPECT_EQ(record->cleanup_keys, 1u);
   EXPECT_EQ(live.load(), 0);
+}
+
+// replan.idle_graph_release_seconds: a kept gear's graph no request ran on
+// for that long is released at an update; the gear stays, and a graph
+// compiled for it again is kept until it idles in turn.
+TEST(Runtime, IdleGraphsAreReleasedAndTheirGearsKept) {
+  for (const double idle : {0.0, 600.0}) {
+    SCOPED_TRACE(idle);
+    std::atomic<int> live{0};
+    ManualClock clock(0.0);
+    GraphResourcePool pool;
+    RuntimeOptions o;
+    o.policy = UpdatePolicy::kReplan;
+    o.replan.idle_graph_release_seconds = idle;
+    o.clock = &clock;
+    o.pool = &pool;
+    o.start_worker = false;
+    // Not splittable: the largest gear, 1024, stays whatever its traffic.
+    auto created = AdaptiveGearRuntime::Create({{"SEQLEN", {32, 1024}, false, false}}, o);
+    ASSERT_TRUE(created.ok()) << created.status();
+    AdaptiveGearRuntime& rt = **created;
+    const auto compile = [&](int64_t gear) {
+      pool.Register(std::make_shared<TrackedGraph>(&live));
+      const int64_t gears[] = {gear};
+      return rt.AttachCleanupKeys(gears, pool.ConsumeRecentKeys());
+    };
+    const auto request = [&](int64_t size, double t) {
+      auto plan = MakePlan(*rt.GetSnapshot(), std::vector<int64_t>{size});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      rt.RecordPlan(*plan, t);
+    };
+    ASSERT_TRUE(compile(1024));
+    ASSERT_TRUE(compile(32));
+    request(1000, 0.0);  // 1024's only run
+    for (int i = 0; i <= 140; ++i) request(32, 5.0 * i);
+    clock.Set(700.0);
+    auto record = rt.RunOnce(700.0);
+    ASSERT_TRUE(record.ok()) << record.status();
+    EXPECT_THAT(record->gears_after[0], Contains(1024));
+    EXPECT_THAT(record->gears_after[0], Contains(32));
+    if (idle == 0) {
+      EXPECT_THAT(record->graphs_released_idle, Each(IsEmpty()));
+      EXPECT_EQ(live.load(), 2);
+      EXPECT_EQ(rt.counters().idle_keys_released, 0u);
+      continue;
+    }
+    // 1024 ran 700 s ago, 32 just now.
+    ASSERT_EQ(record->graphs_released_idle.size(), 1u);
+    EXPECT_THAT(record->graphs_released_idle[0], ElementsAre(1024));
+    EXPECT_EQ(record->cleanup_keys, 1u);
+    EXPECT_EQ(live.load(), 1);
+    EXPECT_EQ(pool.size(), 1u);
+    EXPECT_EQ(rt.counters().idle_keys_released, 1u);
+    EXPECT_THAT(UpdateRecordToJson(*record),
+                HasSubstr("\"graphs_released_idle\":{\"SEQLEN\":[1024]}"));
+    // Its next request compiles it again; a graph compiled just now is not
+    // idle, though no event of it is folded yet.
+    clock.Set(710.0);
+    ASSERT_TRUE(compile(1024));
+    record = rt.RunOnce(710.0);
+    ASSERT_TRUE(record.ok());
+    EXPECT_THAT(record->graphs_released_idle, Each(IsEmpty()));
+    EXPECT_EQ(live.load(), 2);
+    // Idle for the release time again: released again, gear kept.
+    for (int i = 0; i <= 120; ++i) request(32, 710.0 + 5.0 * i);
+    clock.Set(1310.0);
+    record = rt.RunOnce(1310.0);
+    ASSERT_TRUE(record.ok());
+    EXPECT_THAT(record->graphs_released_idle[0], ElementsAre(1024));
+    EXPECT_THAT(record->gears_after[0], Contains(1024));
+    EXPECT_EQ(live.load(), 1);
+    EXPECT_EQ(rt.counters().idle_keys_released, 2u);
+  }
 }
 
 TEST(Runtime, MemoryTriggerAndBudget) {

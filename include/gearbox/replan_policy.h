@@ -104,6 +104,17 @@ struct ReplanOptions {
   // update, young gears included. 100 is torchair's per-model cap; a CUDA
   // graph of an LLM's decode step holds tens of MiB.
   int max_graphs = 100;
+  // Graph memory against recompiles: the runtime releases the compiled
+  // graphs of a gear no request has run on for this many seconds (at an
+  // update; the graph goes as an evicted gear's does, once no run holds it)
+  // and keeps the gear, its window and its place in the plan. The gear's
+  // next request compiles it again, as a new gear's first does (a compile
+  // on that request's path). Which gears, per update:
+  // UpdateRecord::graphs_released_idle. 0: never (every gear's graph stays
+  // until its gear is evicted). Five minutes, the default window: a graph
+  // that ran nothing in the whole window the policy plans from; chosen by
+  // the policy suite's leave-one-out over 0..3600 s (docs/POLICY.md).
+  double idle_graph_release_seconds = 300.0;
 };
 
 GEARBOX_EXPORT absl::Status ValidateReplanOptions(const ReplanOptions& options);

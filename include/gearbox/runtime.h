@@ -131,7 +131,10 @@ struct RuntimeCounters {
   uint64_t updates_changed = 0;       // ... that changed the gear set
   uint64_t keys_released = 0;         // cleanup keys handed to the pool
   uint64_t orphan_keys_released = 0;  // keys attached to a gear already evicted
-  uint64_t stats_memory_bytes = 0;    // window statistics, all gears
+  // Of keys_released, those of kept gears' idle graphs
+  // (ReplanOptions::idle_graph_release_seconds).
+  uint64_t idle_keys_released = 0;
+  uint64_t stats_memory_bytes = 0;  // window statistics, all gears
 };
 
 class GEARBOX_EXPORT AdaptiveGearRuntime {

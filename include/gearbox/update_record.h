@@ -220,6 +220,12 @@ struct UpdateRecord {
   uint64_t version_before = 0;
   uint64_t version_after = 0;
   uint64_t cleanup_keys = 0;  // graph resources handed to remove_by_keys
+  // Per dimension, the gears (kept) whose graphs this update released
+  // because no request had run on them for ReplanOptions::
+  // idle_graph_release_seconds; their keys count in cleanup_keys. A gear's
+  // next request compiles it again (JSON "graphs_released_idle", per
+  // dimension; empty dimensions left out).
+  std::vector<std::vector<int64_t>> graphs_released_idle;
   // Events the request path dropped since the previous RunOnce because a
   // thread's recording ring was full (the window is then a sample; only
   // with the worker running). 0 in an operator's CommitUpdate record.

@@ -575,6 +575,7 @@ class PyRuntime {
     d["updates_changed"] = c.updates_changed;
     d["keys_released"] = c.keys_released;
     d["orphan_keys_released"] = c.orphan_keys_released;
+    d["idle_keys_released"] = c.idle_keys_released;
     d["stats_memory_bytes"] = c.stats_memory_bytes;
     return d;
   }

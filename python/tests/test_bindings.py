@@ -279,6 +279,34 @@ def test_pool_keeps_the_object_until_its_gear_is_evicted():
         assert rt.counters()["keys_released"] == 1
 
 
+def test_idle_graphs_are_released_and_their_gears_kept():
+    # replan.idle_graph_release_seconds: a graph no request ran on for that
+    # long goes at an update; its gear stays.
+    config = {"dims": [{"name": "SEQLEN", "gears": [32, 1024]}],
+              "replan": {"idle_graph_release_seconds": 600}}
+
+    class Graph:
+        pass
+
+    with gearbox.Runtime(config, clock="manual") as rt:
+        graph = Graph()
+        alive = weakref.ref(graph)
+        key = rt.pool.register(graph, bytes=1000)
+        rt.pool.consume_recent_keys()
+        assert rt.attach_cleanup_keys([1024], [key])
+        del graph
+        rt.record(rt.plan([1000]))
+        for i in range(141):
+            rt.set_time(5.0 * i)
+            rt.record(rt.plan([32]))
+        record = rt.run_once(now=700.0)
+        gc.collect()
+        assert record["graphs_released_idle"] == {"SEQLEN": [1024]}
+        assert 1024 in record["gears"]["SEQLEN"]
+        assert alive() is None
+        assert rt.counters()["idle_keys_released"] == 1
+
+
 def test_pool_object_in_use_outlives_its_release():
     class Graph:
         pass

@@ -271,6 +271,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"combination_interval_seconds", &o->combination_interval_seconds},
       {"uncompiled_slowdown", &o->uncompiled_slowdown},
       {"max_uncompiled_share", &o->max_uncompiled_share},
+      {"idle_graph_release_seconds", &o->idle_graph_release_seconds},
   };
   struct IntKey {
     const char* key;

@@ -26,7 +26,8 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
       {"replan.min_gear_lifetime_seconds", o.min_gear_lifetime_seconds},
       {"replan.readd_cooldown_seconds", o.readd_cooldown_seconds},
       {"replan.min_window_weight", o.min_window_weight},
-      {"replan.drift_lead_seconds", o.drift_lead_seconds}};
+      {"replan.drift_lead_seconds", o.drift_lead_seconds},
+      {"replan.idle_graph_release_seconds", o.idle_graph_release_seconds}};
   if (!(std::isfinite(o.uncompiled_slowdown) && o.uncompiled_slowdown >= 1)) {
     return internal::InvalidFieldValue("replan.uncompiled_slowdown", o.uncompiled_slowdown,
                                        "a ratio >= 1");

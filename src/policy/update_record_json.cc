@@ -63,6 +63,7 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
   j["kept_by_hysteresis"] = GearsWithVerdict(r, GearVerdict::kWouldReadd);
   j["gears"] = PerDimension(r.dimensions, r.gears_after, false);
   j["cleanup_keys"] = r.cleanup_keys;
+  j["graphs_released_idle"] = PerDimension(r.dimensions, r.graphs_released_idle, true);
   j["events_dropped"] = r.events_dropped;
   if (!r.out_of_memory.empty()) {
     ordered_json oom = ordered_json::array();

@@ -120,6 +120,7 @@ class AdaptiveGearRuntime::Impl {
   std::atomic<uint64_t> updates_changed{0};
   std::atomic<uint64_t> keys_released{0};
   std::atomic<uint64_t> orphan_keys_released{0};
+  std::atomic<uint64_t> idle_keys_released{0};
   uint64_t dropped_at_last_update ABSL_GUARDED_BY(commit_mu) = 0;
 
   // Release listeners: called under listeners_mu (so removal waits for a call).
@@ -346,7 +347,7 @@ bool AdaptiveGearRuntime::AttachCleanupKeys(std::span<const int64_t> gears,
   bool active;
   {
     MutexLock lock(&impl_->stats_mu);
-    active = impl_->window.AttachKeys(gears, keys);
+    active = impl_->window.AttachKeys(gears, keys, Now());
   }
   if (!active) {
     const size_t removed = pool_->RemoveByKeys(keys);
@@ -531,7 +532,8 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     return internal::InvalidFieldValue("now", now, "a finite time in seconds");
   }
   UpdateRecord record;
-  std::vector<GraphKey> released;
+  std::vector<GraphKey> released;  // evicted gears' keys, then idle graphs'
+  size_t idle_keys = 0;
   {
     MutexLock commit(&impl_->commit_mu);
     // What is recorded off its cell from here on is for the next look.
@@ -617,6 +619,12 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
                                              joint ? &next->combinations() : nullptr);
       }
       for (const auto& [d, gear] : decision.protect) impl_->window.ExtendProtection(d, gear, now);
+      if (policy == UpdatePolicy::kReplan && options_.replan.idle_graph_release_seconds > 0) {
+        const size_t evicted = released.size();
+        record.graphs_released_idle =
+            impl_->window.TakeIdleKeys(now, options_.replan.idle_graph_release_seconds, &released);
+        idle_keys = released.size() - evicted;
+      }
     }
     RecordCombinations(*current, next.has_value() ? *next : *current, &record);
     if (!record.combinations_added.empty() || !record.combinations_removed.empty())
@@ -632,6 +640,7 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
   if (!released.empty()) {
     pool_->RemoveByKeys(released);
     impl_->keys_released.fetch_add(released.size(), std::memory_order_relaxed);
+    impl_->idle_keys_released.fetch_add(idle_keys, std::memory_order_relaxed);
   }
   // The record and counters first: a listener sees this update in last_update().
   impl_->updates.fetch_add(1, std::memory_order_relaxed);
@@ -735,6 +744,7 @@ RuntimeCounters AdaptiveGearRuntime::counters() const {
   c.updates_changed = impl_->updates_changed.load(std::memory_order_relaxed);
   c.keys_released = impl_->keys_released.load(std::memory_order_relaxed);
   c.orphan_keys_released = impl_->orphan_keys_released.load(std::memory_order_relaxed);
+  c.idle_keys_released = impl_->idle_keys_released.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -81,6 +81,7 @@ void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, cons
       evicted = true;
       continue;
     }
+    state->last_event = std::max(state->last_event, time);
     if (state->window.AddToSlot(slot, weight, time, raw[d], static_cast<uint64_t>(count),
                                 geometry_)) {
       folded = true;
@@ -108,7 +109,8 @@ void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, cons
   }
 }
 
-bool WindowStore::AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys) {
+bool WindowStore::AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys,
+                             double now) {
   bool all_active = true;
   if (joint_ != nullptr) {
     auto it = gears.size() == kJointDimensions ? combinations_.find({gears[0], gears[1]})
@@ -123,6 +125,7 @@ bool WindowStore::AttachKeys(std::span<const int64_t> gears, std::span<const Gra
       continue;
     }
     state->cleanup_keys.insert(keys.begin(), keys.end());
+    state->keys_attached = std::max(state->keys_attached, now);
   }
   if (!all_active) ForgetKeys({keys.begin(), keys.end()});  // the caller releases them now
   return all_active;
@@ -262,6 +265,27 @@ std::vector<GraphKey> WindowStore::ApplyCommit(const std::vector<std::vector<int
   std::vector<GraphKey> out(keys.begin(), keys.end());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::vector<std::vector<int64_t>> WindowStore::TakeIdleKeys(double now, double idle_seconds,
+                                                            std::vector<GraphKey>* keys) {
+  std::vector<std::vector<int64_t>> idle(dimensions_.size());
+  std::unordered_set<GraphKey> taken;
+  for (size_t d = 0; d < dimensions_.size(); ++d) {
+    const DimensionStates& dim = dimensions_[d];
+    for (size_t i = 0; i < dim.states.size(); ++i) {
+      const GearState& state = *dim.states[i];
+      if (state.cleanup_keys.empty()) continue;
+      if (now - std::max(state.last_event, state.keys_attached) < idle_seconds) continue;
+      idle[d].push_back(dim.gears[i]);
+      taken.insert(state.cleanup_keys.begin(), state.cleanup_keys.end());
+    }
+  }
+  ForgetKeys(taken);
+  const size_t from = keys->size();
+  keys->insert(keys->end(), taken.begin(), taken.end());
+  std::sort(keys->begin() + static_cast<std::ptrdiff_t>(from), keys->end());
+  return idle;
 }
 
 void WindowStore::ExtendProtection(int dimension, int64_t gear, double now) {

@@ -6,6 +6,7 @@
 #define GEARBOX_SRC_STATS_WINDOW_STORE_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <span>
@@ -44,8 +45,10 @@ class WindowStore {
   // Attaches keys to the gear of each dimension (and, for a joint or sparse
   // gear set, to the combination). Returns false when one of those gears, or
   // the combination, is no longer active: its keys must then be released at
-  // once (the variant can never run again on the current gears).
-  bool AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys);
+  // once (the variant can never run again on the current gears). `now`:
+  // when they were attached (a graph just compiled is not idle, though the
+  // event of the run that compiled it may not be folded yet).
+  bool AttachKeys(std::span<const int64_t> gears, std::span<const GraphKey> keys, double now);
 
   // `with_sizes`: also fill each dimension's weighted size distribution;
   // `with_slots`: and its per-slot sizes (DimensionStats::slot_sizes).
@@ -62,6 +65,15 @@ class WindowStore {
                                     const std::vector<GearCombination>* combinations = nullptr);
   void ExtendProtection(int dimension, int64_t gear, double now);
 
+  // The graphs of idle gears (ReplanOptions::idle_graph_release_seconds):
+  // for every active gear holding cleanup keys whose last folded event and
+  // last attached key are both at least `idle_seconds` before `now`, takes
+  // its keys (and forgets them everywhere else: a combination's graph goes
+  // with either of its gears). The gear stays, with its window. Appends the
+  // keys to `*keys` and returns the gears, per dimension.
+  std::vector<std::vector<int64_t>> TakeIdleKeys(double now, double idle_seconds,
+                                                 std::vector<GraphKey>* keys);
+
   const FoldCounters& counters() const { return counters_; }
   size_t MemoryBytes() const;
   size_t cleanup_key_count() const;
@@ -74,6 +86,10 @@ class WindowStore {
     bool initial;          // part of the runtime's initial gear set
     bool readded = false;  // added again within an hour of its eviction (GearStats::readded)
     std::unordered_set<GraphKey> cleanup_keys;
+    // The newest event folded for this gear, and the last AttachKeys (for
+    // TakeIdleKeys; unlike the window's last_hit_ts, protection never moves them).
+    double last_event = -std::numeric_limits<double>::infinity();
+    double keys_attached = -std::numeric_limits<double>::infinity();
   };
   // Ascending by gear (at most kMaxGearsPerDimension): a binary search beats
   // hashing here, and folding is the hottest loop of the update path.
