@@ -46,6 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           static_cast<gearbox::GearScheme>(in.ConsumeIntegralInRange<int>(0, 2));
       o.combination_spec.cover_ratio = in.ConsumeFloatingPointInRange<double>(1.0, 20.0);
       o.replan.min_gear_lifetime_seconds = in.ConsumeIntegralInRange<int>(0, 4000);
+      o.replan.idle_graph_release_seconds = in.ConsumeIntegralInRange<int>(0, 900);
       o.replan.cost.compile_seconds = in.ConsumeFloatingPointInRange<double>(0.0, 5.0);
     }
     auto created = gearbox::AdaptiveGearRuntime::Create(

@@ -6,7 +6,7 @@
 # table: padding waste, the offline optimum at the same live-graph count, their
 # ratio, compiles per hour per live graph, churn, then the worst and the median
 # per policy over the suite; plus the leave-one-out choice of replan's gear
-# lifetime and of its drift agreement. Writes the same figures as JSON (--output, default
+# lifetime, its drift agreement and its idle-graph release time. Writes the same figures as JSON (--output, default
 # out/policy-suite.json).
 #
 #   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--output FILE] [--jobs N] [--keep DIR]
@@ -88,8 +88,8 @@ else
   GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1 idle_graph_release_seconds=0,300,600,1200,1800,3600"
 fi
 
-# One job: make the trace, replay it, and (decode) plan the offline optimum
-# at each run's graph count; (prefill) replan at each lifetime of the grid.
+# One job: make the trace, replay it, (decode) plan the offline optimum at
+# each run's graph count, and replan at each value of each grid.
 job() {
   set -euo pipefail
   local scenario=$1 kind=$2 view=$3 seed=${4:-1}
@@ -115,18 +115,24 @@ job() {
         --scheme independent --json \
         >"$base.plan-$g.json"
     done
-  else
-    local grid key v
-    for grid in $GRIDS; do
-      key=${grid%%=*}
-      for v in $(echo "${grid#*=}" | tr ',' ' '); do
-        $PY "$HELPER" config "$config" "$key" "$v" "$WORK/grid-$key-$v.$name.json"
-        "$GEARBOX" replay --config "$WORK/grid-$key-$v.$name.json" --trace "$trace" \
-          --policy replan --optimum --max-reject-ratio 1 \
-          --summary "$base.grid-$key-$v.json" >/dev/null 2>&1
-      done
-    done
   fi
+  # Each grid value: replan with it (prefill: with the optimum, for the
+  # ratio; decode: its churn alone, which the leave-one-out also counts,
+  # unless the decode config sets the key itself: then the default is not
+  # what the decode view runs).
+  local grid key v optimum=--optimum
+  [[ $view == decode ]] && optimum=""
+  for grid in $GRIDS; do
+    key=${grid%%=*}
+    if [[ $view == decode ]] && $PY "$HELPER" sets "$config" "$key"; then continue; fi
+    for v in $(echo "${grid#*=}" | tr ',' ' '); do
+      $PY "$HELPER" config "$config" "$key" "$v" "$WORK/grid-$key-$v.$name.$view.json"
+      # shellcheck disable=SC2086
+      "$GEARBOX" replay --config "$WORK/grid-$key-$v.$name.$view.json" --trace "$trace" \
+        --policy replan $optimum --max-reject-ratio 1 \
+        --summary "$base.grid-$key-$v.json" >/dev/null 2>&1
+    done
+  done
   rm -f "$trace"
   echo "  done $name ($view)" >&2
 }

@@ -4,6 +4,7 @@
   policy_suite.py graphs SUMMARY.json...    the distinct round(avg_graphs) of the runs
   policy_suite.py config BASE.json KEY VALUE OUT.json
                                             BASE with replan.KEY = VALUE (a grid parameter)
+  policy_suite.py sets CONFIG.json KEY      exit status 0 when CONFIG sets replan.KEY
   policy_suite.py aggregate DIR OUT.json [--grid KEY=V1,V2,... ...]
                                             the table (stdout, Markdown) and OUT.json; one
                                             leave-one-out table per --grid
@@ -15,7 +16,10 @@ Files in DIR (written by policy-suite.sh), TRACE a scenario or a real trace:
   TRACE.decode.plan-G.json  gearbox plan --joint BATCHSIZE,SEQLEN --graphs G
                             --scheme independent --json
   TRACE.prefill.grid-KEY-V.json
-                            replan with replan.KEY = V (leave-one-out over KEY's grid)
+                            replan with replan.KEY = V, with the optimum (leave-one-out
+                            over KEY's grid: the ratio and the churn)
+  TRACE.decode.grid-KEY-V.json
+                            the same on the decode view, without the optimum (its churn)
   TRACE.kind                "scenario" or "real"
 """
 import json
@@ -155,36 +159,49 @@ def summarize(rows):
     return out
 
 
+def churn_figures(run):
+    return {"compiles_per_hour_per_graph": churn_rate(run) / max(run["avg_graphs"], 1e-9),
+            "max_gear_cycles_per_hour": run["max_gear_cycles_per_hour"]}
+
+
 def leave_one_out(directory, key, grid):
-    """For each prefill trace, the value of replan.KEY chosen on the OTHER
-    traces and what it gives on the trace itself. The choice: among the values
-    that keep the churn targets on every other trace (compiles per hour per
-    live graph <= 2, no gear added and evicted more than once an hour), the
-    least worst ratio, then the least median; if no value keeps them, the
-    fewest traces that break them, then the same."""
-    table = {}  # trace -> {value: figures}
+    """For each trace with a prefill view, the value of replan.KEY chosen on
+    the OTHER traces and what it gives on the trace itself. The choice: among
+    the values that keep the churn targets on every view of every other trace
+    (compiles per hour per live graph <= 2, no gear added and evicted more
+    than once an hour; prefill views and, where the suite replayed the grid
+    there, decode views), the least worst prefill ratio, then the least
+    median, then the least mean (a value no worse anywhere and better
+    somewhere wins a tie); if no value keeps them, the fewest views that
+    break them, then the same."""
+    table = {}   # trace -> {value: prefill figures}
+    decode = {}  # trace -> {value: decode churn figures}
     for f in os.listdir(directory):
-        m = re.fullmatch(r"(.+)\.prefill\.grid-" + re.escape(key) + r"-(.+)\.json", f)
+        m = re.fullmatch(r"(.+)\.(prefill|decode)\.grid-" + re.escape(key) + r"-(.+)\.json", f)
         if not m:
             continue
         (run,) = runs_of(os.path.join(directory, f)).values()
+        if m.group(2) == "decode":
+            decode.setdefault(m.group(1), {})[m.group(3)] = churn_figures(run)
+            continue
         opt, _ = optimum_1d(run)
-        table.setdefault(m.group(1), {})[m.group(2)] = {
-            "ratio": run["padding_waste"] / opt if opt > 1e-12 else math.inf,
-            "compiles_per_hour_per_graph": churn_rate(run) / max(run["avg_graphs"], 1e-9),
-            "max_gear_cycles_per_hour": run["max_gear_cycles_per_hour"],
-        }
+        table.setdefault(m.group(1), {})[m.group(3)] = {
+            "ratio": run["padding_waste"] / opt if opt > 1e-12 else math.inf, **churn_figures(run)}
     traces = sorted(t for t in table if all(v in table[t] for v in grid))
     if len(traces) < 2:
         return None
 
-    def breaks(t, v):
-        f = table[t][v]
+    def broken(f):
         return f["compiles_per_hour_per_graph"] > 2.0 or f["max_gear_cycles_per_hour"] > 1
+
+    def breaks(t, v):
+        d = decode.get(t, {}).get(v)
+        return int(broken(table[t][v])) + int(d is not None and broken(d))
 
     def score(others, v):
         ratios = [table[t][v]["ratio"] for t in others]
-        return (sum(breaks(t, v) for t in others), max(ratios), statistics.median(ratios))
+        return (sum(breaks(t, v) for t in others), max(ratios), statistics.median(ratios),
+                statistics.fmean(ratios))
 
     per_trace = []
     for held_out in traces:
@@ -197,6 +214,8 @@ def leave_one_out(directory, key, grid):
             "ratio": f["ratio"],
             "compiles_per_hour_per_graph": f["compiles_per_hour_per_graph"],
             "max_gear_cycles_per_hour": f["max_gear_cycles_per_hour"],
+            "decode_compiles_per_hour_per_graph":
+                decode.get(held_out, {}).get(chosen, {}).get("compiles_per_hour_per_graph"),
             "ratio_by_value": {v: table[held_out][v]["ratio"] for v in grid},
         })
     on_all = min(grid, key=lambda v: score(traces, v))
@@ -204,8 +223,10 @@ def leave_one_out(directory, key, grid):
     return {
         "parameter": f"replan.{key}",
         "grid": grid,
-        "criterion": "fewest other traces breaking the churn targets (compiles/h per graph <= 2, "
-                     "max cycles/h <= 1), then least worst ratio, then least median",
+        "criterion": "fewest views of other traces breaking the churn targets (compiles/h per "
+                     "graph <= 2, max cycles/h <= 1; prefill and decode views), then least worst "
+                     "prefill ratio, then least median, then least mean",
+        "views_breaking_by_value": {v: sum(breaks(t, v) for t in traces) for v in grid},
         "chosen_on_all": on_all,
         "held_out": per_trace,
         "worst_held_out_ratio": max(ratios),
@@ -243,14 +264,19 @@ def print_tables(rows, summary, loo):
               f"({one['criterion']}); on all traces: {one['chosen_on_all']}")
         print()
         print("| held-out trace | chosen on the others | ratio there | compiles/h per graph "
-              "| max cycles/h | " + " | ".join(f"ratio at {v}" for v in one["grid"]) + " |")
-        print("|---|---:|---:|---:|---:|" + "---:|" * len(one["grid"]))
+              "| max cycles/h | decode compiles/h per graph | "
+              + " | ".join(f"ratio at {v}" for v in one["grid"]) + " |")
+        print("|---|---:|---:|---:|---:|---:|" + "---:|" * len(one["grid"]))
         for p in one["held_out"]:
+            dec = p["decode_compiles_per_hour_per_graph"]
             print(f"| {p['trace']} | {p['chosen']} | {num(p['ratio'])} "
-                  f"| {num(p['compiles_per_hour_per_graph'])} | {p['max_gear_cycles_per_hour']} | "
+                  f"| {num(p['compiles_per_hour_per_graph'])} | {p['max_gear_cycles_per_hour']} "
+                  f"| {num(dec) if dec is not None else '—'} | "
                   + " | ".join(num(p["ratio_by_value"][v]) for v in one["grid"]) + " |")
         print(f"\nheld-out ratio: worst {num(one['worst_held_out_ratio'])}, "
-              f"median {num(one['median_held_out_ratio'])}")
+              f"median {num(one['median_held_out_ratio'])}; views breaking the churn targets "
+              "by value (all traces): "
+              + ", ".join(f"{v}: {n}" for v, n in one["views_breaking_by_value"].items()))
 
 
 def finite(x):
@@ -290,6 +316,9 @@ def main(argv):
         cmd_graphs(argv[2:])
     elif len(argv) == 6 and argv[1] == "config":
         cmd_config(argv[2], argv[3], argv[4], argv[5])
+    elif len(argv) == 4 and argv[1] == "sets":
+        with open(argv[2]) as f:
+            sys.exit(0 if argv[3] in json.load(f).get("replan", {}) else 1)
     elif len(argv) >= 4 and argv[1] == "aggregate" and len(argv) % 2 == 0 and all(
             a == "--grid" for a in argv[4::2]):
         cmd_aggregate(argv[2], argv[3], [parse_grid(g) for g in argv[5::2]])

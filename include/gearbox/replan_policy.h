@@ -111,10 +111,10 @@ struct ReplanOptions {
   // next request compiles it again, as a new gear's first does (a compile
   // on that request's path). Which gears, per update:
   // UpdateRecord::graphs_released_idle. 0: never (every gear's graph stays
-  // until its gear is evicted). Five minutes, the default window: a graph
-  // that ran nothing in the whole window the policy plans from; chosen by
-  // the policy suite's leave-one-out over 0..3600 s (docs/POLICY.md).
-  double idle_graph_release_seconds = 300.0;
+  // until its gear is evicted). Twenty minutes: the policy suite's
+  // leave-one-out choice over 0..3600 s on the draws of seeds 1-3
+  // together (docs/POLICY.md).
+  double idle_graph_release_seconds = 1200.0;
 };
 
 GEARBOX_EXPORT absl::Status ValidateReplanOptions(const ReplanOptions& options);

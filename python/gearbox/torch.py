@@ -890,6 +890,11 @@ class GearedModule(torch.nn.Module):
         self._padded_volume = 0.0
         self._raw_volume = 0.0
         self._released_modules = 0
+        # Cells whose modules the runtime released idle (replan.
+        # idle_graph_release_seconds) while they stay cells of the gear set:
+        # the prewarm leaves them to their next request.
+        self._idle_cells: set = set()
+        self._idle_released_modules = 0
 
         calibrated = None
         # Measured compile seconds feed the replan cost model (the mean so far,
@@ -1426,6 +1431,8 @@ class GearedModule(torch.nn.Module):
                 self._inflight[gear] = fut
         if not owner:
             return fut.result()
+        with self._lock:
+            self._idle_cells.discard(gear)  # wanted again: the prewarm may keep it
         try:
             compiled = self._compile(gear, from_request)
             self._publish(compiled)
@@ -1440,6 +1447,9 @@ class GearedModule(torch.nn.Module):
         return compiled
 
     def _drop_keys(self, keys: Sequence[int]) -> None:
+        # The runtime publishes the next gear set before it releases: a
+        # released cell still in it was released idle, not evicted.
+        cells = set(self._cells())
         with self._lock:
             for k in keys:
                 gear = self._by_key.pop(int(k), None)
@@ -1448,6 +1458,9 @@ class GearedModule(torch.nn.Module):
                     if c is not None and c.key == int(k):
                         del self._table[gear]
                         self._released_modules += 1
+                        if gear in cells:
+                            self._idle_cells.add(gear)
+                            self._idle_released_modules += 1
 
     def _on_release(self, keys: Sequence[int]) -> None:
         # On the updating thread, after every update: the pool has dropped the
@@ -1492,7 +1505,7 @@ class GearedModule(torch.nn.Module):
             if self._shared.closed or self.runtime.snapshot().version != version:
                 self._request_prewarm()  # a newer gear set: start over
                 return
-            if gear in self._table:
+            if gear in self._table or gear in self._idle_cells:
                 continue
             try:
                 self._get(gear)
@@ -1585,6 +1598,7 @@ class GearedModule(torch.nn.Module):
             counts = dict(self._counts)
             padded, raw = self._padded_volume, self._raw_volume
             released = self._released_modules
+            idle_released = self._idle_released_modules
         decisions = len(self.decisions())
         secs = [c["seconds"] for c in log]
         return {
@@ -1614,6 +1628,7 @@ class GearedModule(torch.nn.Module):
             "prewarm_failures": counts.get("prewarm_failures", 0),
             "cached_modules": sum(1 for g in per_gear.values() if g["compiled"]),
             "released_modules": released,
+            "idle_released_modules": idle_released,
             "decisions": decisions,
             "per_gear": per_gear,
             "runtime": self.runtime.counters(),

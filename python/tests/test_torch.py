@@ -1,6 +1,7 @@
 """gearbox.torch: geared modules equal eager, split, slice, compile once,
 adapt, release evicted modules, and name every error (docs/PYTHON.md)."""
 
+import collections
 import gc
 import json
 import threading
@@ -410,6 +411,41 @@ def test_adaptation_on_a_synthetic_stream_moves_gears_and_frees_old_modules():
         s = gm.summary()
         assert s["released_modules"] == 2 and s["per_gear"]["30"]["hits"] == 80
         assert s["decisions"] == 3
+
+
+def test_an_idle_gears_module_is_released_and_not_prewarmed_again():
+    # replan.idle_graph_release_seconds: gear 64 (kept: the largest of a
+    # dimension that is not splittable) is prewarmed and never called.
+    cfg = {"dims": [{"name": "seq", "gears": [8, 64], "splittable": False}],
+           "replan": {"idle_graph_release_seconds": 600}}
+    made = collections.Counter()
+
+    def compile_fn(module, examples):
+        made[examples[0].shape[1]] += 1
+        r = _Runner(module, threading.Event())
+        r.gate.set()
+        return r
+
+    with GearedModule(torch.nn.Identity(), cfg,
+                      inputs={"x": {"axes": [1, "seq", 3], "dtype": torch.float32}},
+                      outputs=[1, "seq", 3], compiler=compile_fn, policy="replan",
+                      clock="manual", start_worker=False, calibrate=False) as gm:
+        assert gm.wait_prewarm(60)
+        assert made[64] == 1
+        for _ in range(141):
+            gm.runtime.advance(5.0)
+            x = torch.randn(1, 8, 3)
+            torch.testing.assert_close(gm(x), x)
+        rec = gm.update()
+        assert rec["graphs_released_idle"] == {"seq": [64]}
+        assert 64 in gm.gears["seq"]
+        assert gm.wait_prewarm(60)
+        assert gm.compiled((64,)) is None and made[64] == 1  # the prewarm left it
+        s = gm.summary()
+        assert s["idle_released_modules"] == 1 and s["released_modules"] == 1
+        x = torch.randn(1, 40, 3)
+        torch.testing.assert_close(gm(x), x)  # its next call compiles it again
+        assert gm.compiled((64,)) is not None and made[64] == 2
 
 
 # -------------------------------------------------------------- save / load plan

@@ -1,0 +1,77 @@
+"""scripts/policy_suite.py's leave-one-out (docs/POLICY.md, "The policy suite"):
+the value chosen for a trace comes from the other traces, decode views'
+churn counts where the suite replayed the grid there, and ties go to the
+value no worse anywhere."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "policy_suite.py")
+spec = importlib.util.spec_from_file_location("policy_suite", SCRIPT)
+policy_suite = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(policy_suite)
+
+
+def run(waste, optimum, compiles_per_hour=10.0, graphs=10.0, cycles=1):
+    return {"policy": "replan", "padding_waste": waste, "avg_graphs": graphs,
+            "compiles_per_hour": compiles_per_hour, "trace_seconds": 3600.0,
+            "max_gear_cycles_per_hour": cycles,
+            "offline_optimum": {"SEQLEN": {"same_graph_count": {"waste": optimum, "gears": 10}}}}
+
+
+def write(directory, name, obj):
+    with open(os.path.join(directory, name), "w") as f:
+        json.dump(obj, f)
+
+
+def by_trace(result):
+    return {p["trace"]: p["chosen"] for p in result["held_out"]}
+
+
+def test_a_decode_views_churn_steers_the_choice(tmp_path):
+    # Value "b" has the better prefill ratio everywhere; on trace t1's decode
+    # view it compiles 30 an hour per graph (> 2): chosen on the others, t1
+    # still gets "b" (its own decode view is held out with it), t2 and t3 "a".
+    for t in ("t1", "t2", "t3"):
+        write(tmp_path, f"{t}.prefill.grid-k-a.json", run(0.12, 0.1))
+        write(tmp_path, f"{t}.prefill.grid-k-b.json", run(0.11, 0.1))
+        write(tmp_path, f"{t}.decode.grid-k-a.json", run(0.2, 0.1))
+        write(tmp_path, f"{t}.decode.grid-k-b.json",
+              run(0.2, 0.1, compiles_per_hour=300.0 if t == "t1" else 10.0))
+    result = policy_suite.leave_one_out(str(tmp_path), "k", ["a", "b"])
+    assert by_trace(result) == {"t1": "b", "t2": "a", "t3": "a"}
+    assert result["chosen_on_all"] == "a"
+    assert result["views_breaking_by_value"] == {"a": 0, "b": 1}
+    held = {p["trace"]: p for p in result["held_out"]}
+    assert abs(held["t1"]["ratio"] - 1.1) < 1e-9
+    assert held["t1"]["decode_compiles_per_hour_per_graph"] == 300.0 / 10.0
+
+
+def test_without_decode_grids_the_prefill_views_decide(tmp_path):
+    for t in ("t1", "t2"):
+        write(tmp_path, f"{t}.prefill.grid-k-a.json", run(0.12, 0.1))
+        write(tmp_path, f"{t}.prefill.grid-k-b.json", run(0.11, 0.1))
+    result = policy_suite.leave_one_out(str(tmp_path), "k", ["a", "b"])
+    assert by_trace(result) == {"t1": "b", "t2": "b"}
+
+
+def test_a_tie_on_worst_and_median_goes_to_the_value_better_somewhere(tmp_path):
+    # "b" equals "a" on t1..t4 and is better on t5: worst and median tie, the
+    # mean does not; "a" comes first in the grid.
+    for i in range(1, 6):
+        write(tmp_path, f"t{i}.prefill.grid-k-a.json", run(0.12, 0.1))
+        write(tmp_path, f"t{i}.prefill.grid-k-b.json", run(0.11 if i == 5 else 0.12, 0.1))
+    result = policy_suite.leave_one_out(str(tmp_path), "k", ["a", "b"])
+    assert result["chosen_on_all"] == "b"
+    assert by_trace(result)["t5"] == "a"  # on the others the two are equal: the grid's order
+
+
+def test_sets_tells_whether_a_config_sets_a_replan_key(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"dims": [], "replan": {"min_gear_lifetime_seconds": 3600}}))
+    call = [sys.executable, SCRIPT, "sets", str(config)]
+    assert subprocess.run(call + ["min_gear_lifetime_seconds"]).returncode == 0
+    assert subprocess.run(call + ["drift_agreement"]).returncode == 1
