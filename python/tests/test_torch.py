@@ -371,19 +371,25 @@ def test_an_evicted_gears_module_is_released_only_after_in_flight_calls_finish()
         assert gm.summary()["released_modules"] == 1
 
 
+def seq_identity_module(cfg, policy, on_compile):
+    """An identity over [1, seq, 3] on a manual clock, no worker; each compile
+    (an open _Runner) is handed to on_compile(seq, runner)."""
+    def compile_fn(module, examples):
+        r = _Runner(module, threading.Event())
+        r.gate.set()
+        on_compile(examples[0].shape[1], r)
+        return r
+
+    return GearedModule(torch.nn.Identity(), cfg,
+                        inputs={"x": {"axes": [1, "seq", 3], "dtype": torch.float32}},
+                        outputs=[1, "seq", 3], compiler=compile_fn, policy=policy,
+                        clock="manual", start_worker=False, calibrate=False)
+
+
 def test_adaptation_on_a_synthetic_stream_moves_gears_and_frees_old_modules():
     cfg = {"dims": [{"name": "seq", "gears": [4, 8, 64]}]}
     made = {}
-
-    def compile_fn(module, examples):
-        made[examples[0].shape[1]] = r = _Runner(module, threading.Event())
-        r.gate.set()
-        return r
-
-    with GearedModule(torch.nn.Identity(), cfg,
-                      inputs={"x": {"axes": [1, "seq", 3], "dtype": torch.float32}},
-                      outputs=[1, "seq", 3], compiler=compile_fn, policy="adaptive",
-                      clock="manual", start_worker=False, calibrate=False) as gm:
+    with seq_identity_module(cfg, "adaptive", made.__setitem__) as gm:
         assert gm.wait_prewarm(60)
         assert sorted(made) == [4, 8, 64]
         old = {g: weakref.ref(r) for g, r in made.items()}
@@ -419,17 +425,7 @@ def test_an_idle_gears_module_is_released_and_not_prewarmed_again():
     cfg = {"dims": [{"name": "seq", "gears": [8, 64], "splittable": False}],
            "replan": {"idle_graph_release_seconds": 600}}
     made = collections.Counter()
-
-    def compile_fn(module, examples):
-        made[examples[0].shape[1]] += 1
-        r = _Runner(module, threading.Event())
-        r.gate.set()
-        return r
-
-    with GearedModule(torch.nn.Identity(), cfg,
-                      inputs={"x": {"axes": [1, "seq", 3], "dtype": torch.float32}},
-                      outputs=[1, "seq", 3], compiler=compile_fn, policy="replan",
-                      clock="manual", start_worker=False, calibrate=False) as gm:
+    with seq_identity_module(cfg, "replan", lambda seq, _: made.update([seq])) as gm:
         assert gm.wait_prewarm(60)
         assert made[64] == 1
         for _ in range(141):
