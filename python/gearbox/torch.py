@@ -1429,10 +1429,9 @@ class GearedModule(torch.nn.Module):
             if owner:
                 fut = concurrent.futures.Future()
                 self._inflight[gear] = fut
+                self._idle_cells.discard(gear)  # wanted again: the prewarm may keep it
         if not owner:
             return fut.result()
-        with self._lock:
-            self._idle_cells.discard(gear)  # wanted again: the prewarm may keep it
         try:
             compiled = self._compile(gear, from_request)
             self._publish(compiled)
@@ -1447,6 +1446,8 @@ class GearedModule(torch.nn.Module):
         return compiled
 
     def _drop_keys(self, keys: Sequence[int]) -> None:
+        if not keys:
+            return
         # The runtime publishes the next gear set before it releases: a
         # released cell still in it was released idle, not evicted.
         cells = set(self._cells())

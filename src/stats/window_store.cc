@@ -125,7 +125,7 @@ bool WindowStore::AttachKeys(std::span<const int64_t> gears, std::span<const Gra
       continue;
     }
     state->cleanup_keys.insert(keys.begin(), keys.end());
-    state->keys_attached = std::max(state->keys_attached, now);
+    state->last_attach = std::max(state->last_attach, now);
   }
   if (!all_active) ForgetKeys({keys.begin(), keys.end()});  // the caller releases them now
   return all_active;
@@ -276,7 +276,7 @@ std::vector<std::vector<int64_t>> WindowStore::TakeIdleKeys(double now, double i
     for (size_t i = 0; i < dim.states.size(); ++i) {
       const GearState& state = *dim.states[i];
       if (state.cleanup_keys.empty()) continue;
-      if (now - std::max(state.last_event, state.keys_attached) < idle_seconds) continue;
+      if (now - std::max(state.last_event, state.last_attach) < idle_seconds) continue;
       idle[d].push_back(dim.gears[i]);
       taken.insert(state.cleanup_keys.begin(), state.cleanup_keys.end());
     }

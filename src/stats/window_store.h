@@ -89,7 +89,7 @@ class WindowStore {
     // The newest event folded for this gear, and the last AttachKeys (for
     // TakeIdleKeys; unlike the window's last_hit_ts, protection never moves them).
     double last_event = -std::numeric_limits<double>::infinity();
-    double keys_attached = -std::numeric_limits<double>::infinity();
+    double last_attach = -std::numeric_limits<double>::infinity();
   };
   // Ascending by gear (at most kMaxGearsPerDimension): a binary search beats
   // hashing here, and folding is the hottest loop of the update path.
