@@ -27,6 +27,8 @@ using ::testing::IsEmpty;
 using ::testing::Not;
 
 constexpr double kNow = 10000.0;
+// A time since a gear's addition past the default lifetime.
+const double kPastTheLifetime = ReplanOptions{}.min_gear_lifetime_seconds + 600;
 
 struct GearSpec {
   int64_t gear;
@@ -248,8 +250,8 @@ TEST(ReplanDecision, AGearThatRanOutOfMemoryIsNotAddedWithinTheCooldown) {
 TEST(ReplanDecision, RespectsTheLifetimeOfGearsItAdded) {
   // Gear 100 carries almost nothing now (0.5 decayed requests; removing it
   // loses 0.2 s, inside what a removal may lose). Added by the policy 600 s
-  // ago (and used), it stays for min_gear_lifetime_seconds (2400); added
-  // 3000 s ago, or one of the initial gears, it goes.
+  // ago (and used), it stays for min_gear_lifetime_seconds (7200); added
+  // longer ago, or one of the initial gears, it goes.
   const std::vector<WeightedSize> sizes = {{100, 0.5}, {1024, 500.0}};
   const UpdateDecision young =
       Decide(MakeWindow({{100, 1, kNow - 600, false}, {1024, 500, 0}}, sizes));
@@ -259,7 +261,7 @@ TEST(ReplanDecision, RespectsTheLifetimeOfGearsItAdded) {
   EXPECT_THAT(young.record.declined[0].reason,
               HasSubstr("gear 100 was added less than min_gear_lifetime_seconds ago"));
   const UpdateDecision old =
-      Decide(MakeWindow({{100, 1, kNow - 3000, false}, {1024, 500, 0}}, sizes));
+      Decide(MakeWindow({{100, 1, kNow - kPastTheLifetime, false}, {1024, 500, 0}}, sizes));
   EXPECT_THAT(old.removed[0], ElementsAre(100));
   const UpdateDecision initial =
       Decide(MakeWindow({{100, 1, kNow - 600, true}, {1024, 500, 0}}, sizes));
@@ -294,7 +296,7 @@ TEST(ReplanDecision, AGearThatCameBackStaysForItsLifetimeWhileIdle) {
   EXPECT_THAT(kept.record.declined[0].reason,
               HasSubstr("gear 100 came back after an eviction less than "
                         "min_gear_lifetime_seconds ago (idle now: its traffic recurs)"));
-  Window old = MakeWindow({{100, 0, kNow - 3000, false}, {1024, 500, 0}}, sizes);
+  Window old = MakeWindow({{100, 0, kNow - kPastTheLifetime, false}, {1024, 500, 0}}, sizes);
   old.stats.dimensions[0].gears[0].readded = true;
   EXPECT_THAT(Decide(old).removed[0], ElementsAre(100));
   const Window first_life = MakeWindow({{100, 0, kNow - 600, false}, {1024, 500, 0}}, sizes);

@@ -39,12 +39,14 @@ struct ReplanOptions {
   // A gear the policy added (that still carries traffic, or that came back
   // after an eviction: GearStats::readded) is not removed within this many
   // seconds, unless memory is high: noise cannot flap it.
-  // Forty minutes (eight windows): long enough that no gear was added and
-  // evicted twice within an hour in any replay, short enough that gears
-  // planned before a shift give their slots back within the hour
-  // (docs/POLICY.md). With several dimensions a gear is a row of graphs;
-  // a longer lifetime pays there (data/configs/decode_times.json: 3600).
-  double min_gear_lifetime_seconds = 2400.0;
+  // Two hours: the policy suite's leave-one-out choice over 600..7200 s on
+  // the draws of seeds 1-3 together, prefill and decode views (docs/POLICY.md):
+  // fewest traces over the churn targets (a gear planned in a cold start or
+  // for a burst serves out its traffic instead of cycling), at a higher
+  // padding ratio than shorter lifetimes on one-hour traces. Memory high,
+  // an over-budget set and idle graph release (idle_graph_release_seconds)
+  // are not held back by it.
+  double min_gear_lifetime_seconds = 7200.0;
   // A gear removed within this many seconds comes back only at twice the gain.
   double readd_cooldown_seconds = 3600.0;
   // Above the planned gears, consecutive gears are at most this ratio apart
