@@ -277,8 +277,9 @@ struct RuntimeState {
 };
 
 class PyRuntime;
-// Live runtimes, closed at interpreter exit (atexit) while Python still runs
-// listeners, so no worker thread calls into a finalizing interpreter.
+// Live runtimes, whose workers stop at interpreter exit (atexit) while Python
+// still runs listeners, so no worker thread calls into a finalizing
+// interpreter.
 std::mutex live_mu;
 std::set<PyRuntime*>* live = new std::set<PyRuntime*>;  // never destroyed
 
@@ -317,7 +318,7 @@ class PyRuntime {
       state->runtime = ValueOrThrow(AdaptiveGearRuntime::Create(parsed.dims, std::move(options)));
     }
     state_ = std::move(state);
-    GilRelease release;  // live_mu is held while runtimes close at exit
+    GilRelease release;  // live_mu is held while workers stop at exit
     std::lock_guard<std::mutex> lock(live_mu);
     live->insert(this);
   }
@@ -325,7 +326,7 @@ class PyRuntime {
   ~PyRuntime() {
     {
       // Out of the live set first; waits (without the GIL, which a listener
-      // on the worker may need) while CloseLiveRuntimes closes this runtime.
+      // on the worker may need) while StopLiveRuntimesAtExit stops its worker.
       std::optional<GilRelease> release;
       if (PythonAlive()) release.emplace();
       std::lock_guard<std::mutex> lock(live_mu);
@@ -378,6 +379,24 @@ class PyRuntime {
   bool closed() const {
     std::lock_guard<std::mutex> lock(mu_);
     return state_ == nullptr;
+  }
+
+  // At interpreter exit (atexit, Python still running): stops the worker, so
+  // no worker thread calls into the finalizing interpreter, and keeps the
+  // runtime open. A thread still running then (a daemon thread) plans and
+  // records on without a worker until the interpreter ends it, instead of
+  // raising in its last moments: a traceback written while the interpreter
+  // finalizes can abort the process. start_worker() is refused from then on.
+  void StopAtExit() {
+    std::shared_ptr<RuntimeState> state;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      state = state_;
+      exiting_ = true;
+    }
+    if (state == nullptr || !PythonAlive()) return;
+    GilRelease release;  // the worker may be waiting for the GIL in a listener
+    state->runtime->StopWorker();
   }
 
   double TimeOr(const RuntimeState& s, const std::optional<double>& now) const {
@@ -456,12 +475,29 @@ class PyRuntime {
 
   void StartWorker() const {
     auto s = Get("start_worker");
+    RefuseAtExit("start_worker");
     absl::Status status;
     {
       GilRelease release;
       status = s->runtime->StartWorker();
+      // StopAtExit may have run meanwhile (it sets exiting_ before it stops
+      // the worker): stop the worker this call started after it.
+      if (Exiting()) s->runtime->StopWorker();
     }
     ThrowIfError(status);
+    RefuseAtExit("start_worker");
+  }
+
+  bool Exiting() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return exiting_;
+  }
+
+  void RefuseAtExit(const char* call) const {
+    if (Exiting()) {
+      throw std::runtime_error(std::string("Runtime.") + call +
+                               ": the interpreter is exiting (its atexit hook stopped the worker)");
+    }
   }
 
   void StopWorker() const {
@@ -682,13 +718,14 @@ class PyRuntime {
  private:
   mutable std::mutex mu_;
   std::shared_ptr<RuntimeState> state_;
+  bool exiting_ = false;  // StopAtExit ran; guarded by mu_
 };
 
-void CloseLiveRuntimes() {
+void StopLiveRuntimesAtExit() {
   // Under live_mu: a runtime collected meanwhile on another thread waits in
   // its destructor until this is done with it.
   std::lock_guard<std::mutex> lock(live_mu);
-  for (PyRuntime* r : *live) r->Close();
+  for (PyRuntime* r : *live) r->StopAtExit();
 }
 
 void BindVariantAndPlan(py::module_& m) {
@@ -933,7 +970,8 @@ void BindRuntime(py::module_& m) {
   BindVariantAndPlan(m);
   BindSnapshotAndPool(m);
   BindRuntimeClass(m);
-  py::module_::import("atexit").attr("register")(py::cpp_function([] { CloseLiveRuntimes(); }));
+  py::module_::import("atexit").attr("register")(
+      py::cpp_function([] { StopLiveRuntimesAtExit(); }));
 }
 
 }  // namespace gearbox::python

@@ -565,6 +565,44 @@ def test_interpreter_exit_with_everything_still_open():
                             timeout=120, env={**__import__("os").environ})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+    # The daemon thread's calls after the exit hook raise nothing (a traceback
+    # written while the interpreter finalizes can abort it).
+    assert result.stderr == ""
+
+
+def test_runtime_after_the_exit_hook_serves_without_a_worker():
+    # An atexit function registered before gearbox's runs after its hook: the
+    # runtime stays open, its worker stopped; start_worker is refused.
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent("""
+        import atexit
+        def after_the_hook():
+            plan = rt.plan([3])
+            rt.record(plan)
+            print("closed", rt.closed, "worker", rt.worker_running, "gear", plan.variants[0].gear)
+            try:
+                rt.start_worker()
+            except RuntimeError as e:
+                print("start_worker:", e)
+            print("worker", rt.worker_running)
+        atexit.register(after_the_hook)
+        import gearbox
+        rt = gearbox.Runtime({"dims": [{"name": "BATCHSIZE", "gears": [4, 8]}]},
+                             policy="adaptive", clock="manual", start_worker=True)
+        print("worker", rt.worker_running)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env={**__import__("os").environ})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "worker True",
+        "closed False worker False gear (4,)",
+        "start_worker: Runtime.start_worker: the interpreter is exiting (its atexit hook stopped "
+        "the worker)",
+        "worker False",
+    ], result.stdout + result.stderr
 
 
 def test_memory_probe_from_python():
