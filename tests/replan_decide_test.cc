@@ -250,8 +250,8 @@ TEST(ReplanDecision, AGearThatRanOutOfMemoryIsNotAddedWithinTheCooldown) {
 TEST(ReplanDecision, RespectsTheLifetimeOfGearsItAdded) {
   // Gear 100 carries almost nothing now (0.5 decayed requests; removing it
   // loses 0.2 s, inside what a removal may lose). Added by the policy 600 s
-  // ago (and used), it stays for min_gear_lifetime_seconds (7200); added
-  // longer ago, or one of the initial gears, it goes.
+  // ago (and used), it stays for the default min_gear_lifetime_seconds;
+  // added longer ago, or one of the initial gears, it goes.
   const std::vector<WeightedSize> sizes = {{100, 0.5}, {1024, 500.0}};
   const UpdateDecision young =
       Decide(MakeWindow({{100, 1, kNow - 600, false}, {1024, 500, 0}}, sizes));
