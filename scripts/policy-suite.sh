@@ -6,7 +6,7 @@
 # table: padding waste, the offline optimum at the same live-graph count, their
 # ratio, compiles per hour per live graph, churn, then the worst and the median
 # per policy over the suite; plus the leave-one-out choice of replan's gear
-# lifetime, its drift agreement and its idle-graph release time. Writes the same figures as JSON (--output, default
+# lifetime, its drift agreement, its drift lead and its idle-graph release time. Writes the same figures as JSON (--output, default
 # out/policy-suite.json).
 #
 #   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--output FILE] [--jobs N] [--keep DIR]
@@ -77,7 +77,7 @@ if [[ $QUICK == 1 ]]; then
   SCENARIOS=$QUICK_SCENARIOS
   DECODE=$QUICK_DECODE
   HOURS="--hours 0.5"
-  GRIDS="min_gear_lifetime_seconds=600,2400,7200 drift_agreement=0.5,0.8,1 idle_graph_release_seconds=0,600,3600"
+  GRIDS="min_gear_lifetime_seconds=600,2400,7200 drift_agreement=0.5,0.8,1 idle_graph_release_seconds=0,600,3600 drift_lead_seconds=0,300,900"
 else
   SCENARIOS=$("$GEARBOX" trace synth --list | awk '{print $1}')
   # Decode views: every scenario of at most an hour at a served rate (the
@@ -85,7 +85,7 @@ else
   # each, see docs/POLICY.md).
   DECODE=$(echo "$SCENARIOS" | grep -v -e '24h$' -e '^high-rate$' | tr '\n' ' ')
   HOURS=""
-  GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1 idle_graph_release_seconds=0,300,600,1200,1800,3600"
+  GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1 idle_graph_release_seconds=0,300,600,1200,1800,3600 drift_lead_seconds=0,300,600,900,1800,3600"
 fi
 
 # One job: make the trace, replay it, (decode) plan the offline optimum at
