@@ -12,7 +12,7 @@
 #   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--output FILE] [--jobs N] [--keep DIR]
 #
 # --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
-# three of them, 3-value grids (about 20 s on 2 cores);
+# three of them, 3-value grids (under a minute on 2 cores);
 # otherwise every scenario at its own length (about 3 minutes a seed on 2 cores).
 # --seeds: the scenarios drawn with each of these seeds (default 1; the
 # policy was developed on seed 1, so other seeds are draws it has not seen);
