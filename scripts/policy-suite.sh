@@ -6,14 +6,15 @@
 # table: padding waste, the offline optimum at the same live-graph count, their
 # ratio, compiles per hour per live graph, churn, then the worst and the median
 # per policy over the suite; plus the leave-one-out choice of replan's gear
-# lifetime, its drift agreement, its drift lead and its idle-graph release time. Writes the same figures as JSON (--output, default
+# lifetime, its drift agreement, its drift lead and its idle-graph release
+# time. Writes the same figures as JSON (--output, default
 # out/policy-suite.json).
 #
 #   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--output FILE] [--jobs N] [--keep DIR]
 #
 # --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
 # three of them, 3-value grids (under a minute on 2 cores);
-# otherwise every scenario at its own length (about 3 minutes a seed on 2 cores).
+# otherwise every scenario at its own length (about 4 minutes a seed on 2 cores).
 # --seeds: the scenarios drawn with each of these seeds (default 1; the
 # policy was developed on seed 1, so other seeds are draws it has not seen);
 # a scenario of seed S other than 1 is named SCENARIO-sS in the tables.
@@ -117,9 +118,9 @@ job() {
     done
   fi
   # Each grid value: replan with it (prefill: with the optimum, for the
-  # ratio; decode: its churn alone, which the leave-one-out also counts,
-  # unless the decode config sets the key itself: then the default is not
-  # what the decode view runs).
+  # ratio; decode: its churn alone, and the sparse scheme's uncompiled steps,
+  # which the leave-one-out also counts, unless the decode config sets the
+  # key itself: then the default is not what the decode view runs).
   local grid key v optimum=--optimum
   [[ $view == decode ]] && optimum=""
   for grid in $GRIDS; do
@@ -131,6 +132,11 @@ job() {
       "$GEARBOX" replay --config "$WORK/grid-$key-$v.$name.$view.json" --trace "$trace" \
         --policy replan $optimum --max-reject-ratio 1 \
         --summary "$base.grid-$key-$v.json" >/dev/null 2>&1
+      if [[ $view == decode ]]; then
+        "$GEARBOX" replay --config "$WORK/grid-$key-$v.$name.$view.json" --trace "$trace" \
+          --policy replan --scheme sparse --max-reject-ratio 1 \
+          --summary "$base.sparse.grid-$key-$v.json" >/dev/null 2>&1
+      fi
     done
   done
   rm -f "$trace"

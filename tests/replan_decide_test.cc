@@ -407,7 +407,8 @@ TEST(ReplanDecision, FollowsADriftWhereTheWindowsBinsAgree) {
   // 400 decayed requests of 1000 on gear 4096. Without drift the planned
   // gear is 1000; with sizes growing x4 an hour (agreed by 95 % of the bins'
   // pairs) the target plans for the next drift_lead_seconds (300 s here):
-  // the sizes' path from 1000 up to 1000 x exp(slope x 300) = 1122.
+  // the sizes' path from 1000 up to its last of eight steps,
+  // 1000 x exp(slope x 300 x 15/16) = 1114.
   Window w = MakeWindow({{4096, 400, 0}}, {{1000, 400.0}});
   const UpdateDecision still = Decide(w);
   ASSERT_FALSE(still.record.targets[0].empty());
@@ -430,16 +431,18 @@ TEST(ReplanDecision, FollowsADriftWhereTheWindowsBinsAgree) {
   EXPECT_GE(planned_top, 1100);
   EXPECT_LE(planned_top, 1123);
   EXPECT_THAT(UpdateRecordToJson(up.record), HasSubstr("\"drift\":{\"SEQLEN\":{\"per_second\":"));
-  // The default lead plans further along the same path: up to
-  // 1000 x exp(slope x lead), past the 300 s plan's top.
+  // The default lead plans further along the same path, past the 300 s
+  // plan's top: up to the last of its eight steps, 1000 x exp(slope x tau)
+  // with tau = lead x 15/16, within a histogram bin (1/128 of an octave).
   const double lead = ReplanOptions{}.drift_lead_seconds;
   ASSERT_GT(lead, 300);
   const UpdateDecision ahead = Decide(w);
   const std::vector<int64_t>& far = ahead.record.targets[0];
-  const int64_t path_end = static_cast<int64_t>(1000 * std::exp(std::log(4.0) / 3600.0 * lead));
-  const int64_t far_top = *std::prev(std::upper_bound(far.begin(), far.end(), path_end + 8));
+  const double path_end = 1000 * std::exp(std::log(4.0) / 3600.0 * lead * 15 / 16);
+  const int64_t far_top =
+      *std::prev(std::upper_bound(far.begin(), far.end(), static_cast<int64_t>(path_end * 1.01)));
   EXPECT_GT(far_top, planned_top);
-  EXPECT_GE(far_top, path_end - path_end / 32);
+  EXPECT_NEAR(static_cast<double>(far_top), path_end, path_end / 128);
   // Too few bins agree, too few bins, or following switched off: the window as it is.
   ReplanOptions off;
   off.drift_lead_seconds = 0;

@@ -62,10 +62,11 @@ struct ReplanOptions {
   // drift_lead_seconds instead of for the window as it was: gears go where
   // the traffic is moving. A burst or a step moves a few bins, not the sign
   // of most pairs, so it is not followed this way. 0 seconds: never.
-  // Fifteen minutes: the policy suite's leave-one-out choice over 0..3600 s
-  // (docs/POLICY.md, "The policy suite"): a gear placed further along the
-  // path serves longer, so following a drift compiles less.
-  double drift_lead_seconds = 900.0;
+  // Thirty minutes: the policy suite's leave-one-out choice over 0..3600 s
+  // on the draws of seeds 1-3 together (docs/POLICY.md, "The policy
+  // suite"): a gear placed further along the path serves longer, so
+  // following a drift compiles less, at more padding while it drifts.
+  double drift_lead_seconds = 1800.0;
   double drift_agreement = 0.9;
   int drift_min_bins = 15;
   // Decayed requests the window needs before the policy plans from it.

@@ -1,7 +1,7 @@
 """scripts/policy_suite.py's leave-one-out (docs/POLICY.md, "The policy suite"):
 the value chosen for a trace comes from the other traces, decode views'
-churn counts where the suite replayed the grid there, and ties go to the
-value no worse anywhere."""
+churn and sparse uncompiled steps count where the suite replayed the grid
+there, and ties go to the value no worse anywhere."""
 import importlib.util
 import json
 import os
@@ -75,3 +75,29 @@ def test_sets_tells_whether_a_config_sets_a_replan_key(tmp_path):
     call = [sys.executable, SCRIPT, "sets", str(config)]
     assert subprocess.run(call + ["min_gear_lifetime_seconds"]).returncode == 0
     assert subprocess.run(call + ["drift_agreement"]).returncode == 1
+
+
+def test_the_sparse_schemes_uncompiled_steps_count_as_a_broken_view(tmp_path):
+    # "b" has the better prefill ratio everywhere and keeps the churn targets,
+    # but runs 1.5 % of t1's and t2's decode steps uncompiled in the sparse
+    # scheme (the target: at most 1 %): whichever trace is held out, another
+    # breaks at "b", so "a" is chosen for each.
+    for t in ("t1", "t2", "t3"):
+        write(tmp_path, f"{t}.prefill.grid-k-a.json", run(0.12, 0.1))
+        write(tmp_path, f"{t}.prefill.grid-k-b.json", run(0.11, 0.1))
+        for v, eager in (("a", 0), ("b", 150 if t != "t3" else 0)):
+            sparse = run(0.2, 0.1)
+            sparse.update({"eager_requests": eager, "requests": 10000})
+            write(tmp_path, f"{t}.decode.sparse.grid-k-{v}.json", sparse)
+    result = policy_suite.leave_one_out(str(tmp_path), "k", ["a", "b"])
+    assert result["views_breaking_by_value"] == {"a": 0, "b": 2}
+    assert by_trace(result) == {"t1": "a", "t2": "a", "t3": "a"}
+    assert result["chosen_on_all"] == "a"
+    held = {p["trace"]: p for p in result["held_out"]}
+    assert held["t1"]["decode_sparse_eager_share"] == 0.0
+    # At 1 % exactly the target holds.
+    for t in ("t1", "t2"):
+        sparse = run(0.2, 0.1)
+        sparse.update({"eager_requests": 100, "requests": 10000})
+        write(tmp_path, f"{t}.decode.sparse.grid-k-b.json", sparse)
+    assert policy_suite.leave_one_out(str(tmp_path), "k", ["a", "b"])["chosen_on_all"] == "b"
