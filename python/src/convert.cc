@@ -42,8 +42,9 @@ RuntimeConfig ConfigFromPython(const py::handle& config) {
     GilRelease release;
     return ValueOrThrow(LoadConfigFile(path));
   }
-  throw py::type_error("config: " + std::string(py::str(config.get_type().attr("__name__"))) +
-                       " is not allowed; JSON text, a dict or a path to a file");
+  throw py::type_error(
+      "config: " + std::string(py::str(py::type::handle_of(config).attr("__name__"))) +
+      " is not allowed; JSON text, a dict or a path to a file");
 }
 
 RuntimeOptions RuntimeOptionsFromConfig(const RuntimeConfig& config, UpdatePolicy policy) {
@@ -62,7 +63,7 @@ py::object JsonToPython(const std::string& json_text) {
 std::vector<int64_t> SizesFromPython(const py::handle& sizes, std::string_view what) {
   if (sizes.is_none() || py::isinstance<py::str>(sizes) || !py::isinstance<py::iterable>(sizes)) {
     throw py::type_error(std::string(what) + ": " +
-                         std::string(py::str(sizes.get_type().attr("__name__"))) +
+                         std::string(py::str(py::type::handle_of(sizes).attr("__name__"))) +
                          " is not allowed; a sequence of ints");
   }
   std::vector<int64_t> out;
@@ -71,7 +72,7 @@ std::vector<int64_t> SizesFromPython(const py::handle& sizes, std::string_view w
     if (index == nullptr) {
       PyErr_Clear();
       throw py::type_error(std::string(what) + ": " +
-                           std::string(py::str(item.get_type().attr("__name__"))) +
+                           std::string(py::str(py::type::handle_of(item).attr("__name__"))) +
                            " is not allowed; every size is an int");
     }
     const py::object owned = py::reinterpret_steal<py::object>(index);

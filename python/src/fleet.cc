@@ -83,7 +83,7 @@ std::string BytesOf(const py::handle& value, std::string_view what) {
   if (!py::isinstance<py::bytes>(value) && !py::isinstance<py::bytearray>(value) &&
       !py::isinstance<py::memoryview>(value)) {
     throw py::type_error(std::string(what) + ": expected bytes, bytearray or memoryview, got " +
-                         std::string(py::str(value.get_type().attr("__name__"))));
+                         std::string(py::str(py::type::handle_of(value).attr("__name__"))));
   }
   if (py::isinstance<py::bytes>(value)) return py::cast<std::string>(value);
   return py::cast<std::string>(py::bytes(py::reinterpret_borrow<py::object>(value)));

@@ -39,7 +39,9 @@ namespace {
 // Most Variant objects Plan.variants builds (Plan.variant_arrays has no limit).
 constexpr int64_t kMaxVariantObjects = 1'000'000;
 
-std::string TypeName(const py::handle& h) { return py::str(h.get_type().attr("__name__")); }
+std::string TypeName(const py::handle& h) {
+  return py::str(py::type::handle_of(h).attr("__name__"));
+}
 
 // ---------------------------------------------------------------- Variant
 
@@ -588,7 +590,7 @@ class PyRuntime {
       }
       if (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)) {
         throw py::type_error("set_replan_cost: " + name + " must be a number, not " +
-                             std::string(py::str(value.get_type().attr("__name__"))));
+                             std::string(py::str(py::type::handle_of(value).attr("__name__"))));
       }
       cost.*(it->second) = value.cast<double>();
     }

@@ -40,7 +40,7 @@ std::string PathFromPython(const py::handle& path, const char* what) {
     return os.attr("fspath")(path).cast<std::string>();
   }
   throw py::type_error(std::string(what) + ": " +
-                       std::string(py::str(path.get_type().attr("__name__"))) +
+                       std::string(py::str(py::type::handle_of(path).attr("__name__"))) +
                        " is not allowed; a path (str or os.PathLike)");
 }
 
