@@ -12,6 +12,9 @@ ways, and prints them side by side (docs/PERFORMANCE.md, "gearbox.torch"):
   adaptive     gearbox.torch, the seed's adaptive policy (same start)
   replan_autotune  replan with compiler="autotune": each gear times TorchScript against eager
                and serves with the faster (not in the default --modes)
+  replan_fixed_cost  replan with the cost model's default run cost (seconds_per_unit 2e-5,
+               seconds_per_run 0) instead of the line fitted to this model's timed gears
+               (not in the default --modes)
 
 Each mode runs in its own process (for its own peak RSS). The trace is scaled
 to fit a few minutes on 2 cores: every --every'th row, lengths divided by
@@ -19,6 +22,12 @@ to fit a few minutes on 2 cores: every --every'th row, lengths divided by
 manual clock with the trace's timestamps and run an update every
 --update-seconds of trace time; new gears compile in the background (prewarm)
 and every compile is counted in the total time. Not a test: timings vary.
+
+With --device cuda everything runs on the GPU: the model and the requests'
+tensors live there, TorchScript traces there, the gearbox modes compile with
+compiler="cuda_graph" (one torch.cuda.CUDAGraph per gear, one memory pool)
+and every request's time ends at torch.cuda.synchronize(); the peak column is
+then torch.cuda.max_memory_allocated(), not RSS.
 
   OMP_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/python/torch_replay.py
 """
@@ -34,7 +43,7 @@ import sys
 import time
 
 MODES = ("eager", "trace_once", "per_shape", "static_pow2", "replan", "adaptive")
-EXTRA_MODES = ("replan_autotune",)
+EXTRA_MODES = ("replan_autotune", "replan_fixed_cost")
 
 
 def load_trace(path, every, scale, max_len):
@@ -75,8 +84,9 @@ def percentile(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def jit_compile(torch, model, n):
-    ex = (torch.zeros(1, n, dtype=torch.long), torch.zeros(1, n, dtype=torch.bool))
+def jit_compile(torch, model, n, device):
+    ex = (torch.zeros(1, n, dtype=torch.long, device=device),
+          torch.zeros(1, n, dtype=torch.bool, device=device))
     traced = torch.jit.trace(model, ex, check_trace=False)
     return torch.jit.optimize_for_inference(torch.jit.freeze(traced))
 
@@ -86,9 +96,16 @@ def run_mode(args):
 
     torch.set_num_threads(1)
     trace = load_trace(args.trace, args.every, args.size_scale, args.max_len)
-    model = make_model(torch, args.vocab, args.hidden, args.heads, args.layers, args.max_len)
+    dev = args.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: torch.cuda.is_available() is False")
+    model = make_model(torch, args.vocab, args.hidden, args.heads, args.layers, args.max_len).to(dev)
     gen = torch.Generator().manual_seed(1)
-    requests = [(t, torch.randint(0, args.vocab, (1, n), generator=gen)) for t, n in trace]
+    requests = [(t, torch.randint(0, args.vocab, (1, n), generator=gen).to(dev)) for t, n in trace]
+
+    def done():  # a request's time ends when its kernels have run (a stream sync: a
+        if dev == "cuda":  # device-wide one is refused while the prewarm captures)
+            torch.cuda.current_stream().synchronize()
     lat, compiles, compile_s, waste, extra = [], 0, 0.0, 0.0, {}
     start = time.perf_counter()
     with torch.no_grad():
@@ -96,11 +113,11 @@ def run_mode(args):
             fn = model
         elif args.mode == "trace_once":
             c0 = time.perf_counter()
-            fn = jit_compile(torch, model, args.trace_once_len)
+            fn = jit_compile(torch, model, args.trace_once_len, dev)
             compile_s, compiles = time.perf_counter() - c0, 1
             for n in (1, args.trace_once_len // 2 + 1, args.max_len):  # it generalizes?
-                ids = torch.randint(0, args.vocab, (1, n))
-                mask = torch.zeros(1, n, dtype=torch.bool)
+                ids = torch.randint(0, args.vocab, (1, n), device=dev)
+                mask = torch.zeros(1, n, dtype=torch.bool, device=dev)
                 diff = (fn(ids, mask) - model(ids, mask)).abs().max().item()
                 if diff > 1e-4:
                     sys.exit(f"trace_once: tracing at {args.trace_once_len} does not generalize "
@@ -114,7 +131,7 @@ def run_mode(args):
                 f = cache.get(n)
                 if f is None:
                     c0 = time.perf_counter()
-                    f = cache[n] = jit_compile(torch, model, n)
+                    f = cache[n] = jit_compile(torch, model, n, dev)
                     compile_s += time.perf_counter() - c0
                     compiles += 1
                 return f(ids, mask)
@@ -123,15 +140,21 @@ def run_mode(args):
                 mask = torch.zeros_like(ids, dtype=torch.bool)
                 t0 = time.perf_counter()
                 fn(ids, mask)
+                done()
                 lat.append(time.perf_counter() - t0)
-    if args.mode in ("static_pow2", "replan", "adaptive", "replan_autotune"):
+    if args.mode in ("static_pow2", "replan", "adaptive") + EXTRA_MODES:
         from gearbox.torch import GearedModule
 
-        policy = {"static_pow2": "static", "replan_autotune": "replan"}.get(args.mode, args.mode)
+        policy = {"static_pow2": "static", "replan_autotune": "replan",
+                  "replan_fixed_cost": "replan"}.get(args.mode, args.mode)
+        fixed_cost = ({"replan": {"seconds_per_unit": 2e-5, "seconds_per_run": 0.0}}
+                      if args.mode == "replan_fixed_cost" else None)
         cfg = {"dims": [{"name": "seq", "policy": "TIMES", "min": 1, "max": args.max_len}]}
         compiler = "autotune" if args.mode == "replan_autotune" else "torchscript"
+        if dev == "cuda":
+            compiler = "cuda_graph"
         gm = GearedModule(model, cfg, policy=policy, clock="manual", start_time=0.0,
-                          compiler=compiler,
+                          compiler=compiler, config=fixed_cost,
                           start_worker=False, prewarm=True,
                           inputs={"ids": {"axes": [1, "seq"], "pad": 0, "dtype": torch.long},
                                   "mask": {"axes": [1, "seq"], "pad": True, "dtype": torch.bool}},
@@ -145,23 +168,28 @@ def run_mode(args):
             mask = torch.zeros_like(ids, dtype=torch.bool)
             t0 = time.perf_counter()
             gm(ids, mask)
+            done()
             lat.append(time.perf_counter() - t0)
         gm.wait_prewarm(600)
         s = gm.summary()
         compiles, compile_s, waste = s["compiles"], s["compile_seconds"], s["padding_waste"]
         extra = {"final_gears": s["gears"]["seq"], "updates": len(gm.decisions()),
                  "released_modules": s["released_modules"],
-                 "calibrated_compile_seconds": s["calibrated_compile_seconds"]}
+                 "calibrated_compile_seconds": s["calibrated_compile_seconds"],
+                 "calibrated_run_cost": s["calibrated_run_cost"]}
         if compiler == "autotune":  # the final gears' choices and candidates' medians, ms
             extra["choices"] = {
                 str(g[0]): [c.choice, {k: v * 1e3 for k, v in c.median_seconds.items()}]
                 for g in gm.compiled_gears() for c in [gm.compiled(g)]}
         gm.close()
+    done()
     total = time.perf_counter() - start
+    peak = (torch.cuda.max_memory_allocated() if dev == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**20
     out = {"mode": args.mode, "requests": len(requests), "total_s": total,
            "p50_ms": percentile(lat, 0.5) * 1e3, "p99_ms": percentile(lat, 0.99) * 1e3,
            "compiles": compiles, "compile_s": compile_s,
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+           "peak_mib": peak,
            "padding_waste": waste, **extra}
     print(json.dumps(out))
 
@@ -184,6 +212,9 @@ def main():
     p.add_argument("--modes", default=",".join(MODES),
                    help=f"comma-separated, of {list(MODES + EXTRA_MODES)}")
     p.add_argument("--mode", help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cuda: model, tensors and CUDA graphs on the GPU (gearbox modes: "
+                        "compiler cuda_graph)")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args()
     if args.mode:
@@ -204,19 +235,24 @@ def main():
     n = results[0]["requests"]
     print(f"{n} requests (every {args.every}th row of the Azure conv trace, lengths / "
           f"{args.size_scale} capped at {args.max_len}); model: {args.layers}-layer transformer, "
-          f"hidden {args.hidden}, {args.heads} heads, vocab {args.vocab}; 1 thread")
-    print("| mode | total s | p50 ms | p99 ms | compiles | compile s | peak RSS MiB | padding waste |")
+          f"hidden {args.hidden}, {args.heads} heads, vocab {args.vocab}; 1 thread; "
+          f"device {args.device}")
+    peak = "peak GPU MiB" if args.device == "cuda" else "peak RSS MiB"
+    print(f"| mode | total s | p50 ms | p99 ms | compiles | compile s | {peak} | padding waste |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['mode']} | {r['total_s']:.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
-              f"{r['compiles']} | {r['compile_s']:.2f} | {r['peak_rss_mib']:.0f} | "
+              f"{r['compiles']} | {r['compile_s']:.2f} | {r['peak_mib']:.0f} | "
               f"{100 * r['padding_waste']:.1f} % |")
     for r in results:
         if "final_gears" in r:
-            cal = r["calibrated_compile_seconds"]
+            cal, run = r["calibrated_compile_seconds"], r["calibrated_run_cost"]
             print(f"{r['mode']}: final gears {r['final_gears']}, {r['updates']} updates, "
                   f"{r['released_modules']} modules released"
-                  + (f", calibrated compile {cal:.3f} s" if cal is not None else ""))
+                  + (f", calibrated compile {cal:.3f} s" if cal is not None else "")
+                  + (f", fitted run {run['seconds_per_run'] * 1e3:.3f} ms + "
+                     f"{run['seconds_per_unit'] * 1e6:.3f} us per token "
+                     f"({run['gears_timed']} gears timed)" if run else ""))
         if "choices" in r:
             picks = sorted(r["choices"].items(), key=lambda kv: int(kv[0]))
             print(f"{r['mode']}: per final gear, the choice (median ms per candidate): " +

@@ -65,6 +65,8 @@ __all__ = [
     "Autotune",
     "encode_tuning",
     "decode_tuning",
+    "fit_run_cost",
+    "median_run_seconds",
 ]
 
 Gear = Tuple[int, ...]
@@ -420,7 +422,13 @@ class CudaGraphCompiler:
     """Captures each gear with ``torch.cuda.CUDAGraph`` into one memory pool
     shared by all gears of a GearedModule (capture the largest gear first:
     the prewarm does). Replays are serialized per gear (the graph's static
-    input and output buffers are shared); outputs are cloned out of them."""
+    input and output buffers are shared); outputs are cloned out of them.
+
+    The capture is thread-local (``capture_error_mode="thread_local"``): the
+    prewarm captures in the background while requests run, and a request's
+    thread may synchronize (``torch.cuda.synchronize()``, ``.item()``,
+    ``.cpu()``) during a capture; in CUDA's default, global mode any such
+    call from any thread fails the capture and the request."""
 
     def __init__(self, warmup_runs: int = 3):
         if not torch.cuda.is_available():
@@ -438,7 +446,8 @@ class CudaGraphCompiler:
                 module(*static_in)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(graph, pool=self.pool):
+        with torch.no_grad(), torch.cuda.graph(graph, pool=self.pool,
+                                               capture_error_mode="thread_local"):
             static_out = module(*static_in)
         return _GraphRunner(graph, static_in, static_out)
 
@@ -654,13 +663,50 @@ def _memory_now(device_type: str) -> int:
 # --------------------------------------------------------------------------
 
 
+def fit_run_cost(points: Sequence[Tuple[float, float]],
+                 min_seconds_per_unit: float = 1e-12) -> Optional[Tuple[float, float]]:
+    """The replan cost model's run time, ``seconds_per_run + seconds_per_unit * units``, fitted
+    by least squares to ``points`` of (units, seconds): a compiled gear's units (the product of
+    its gears, to the cost model's ``runtime_exponent``) and its measured seconds per call.
+    Returns (seconds_per_run, seconds_per_unit), or None with fewer than two distinct units.
+    A slope at or below 0 (calls take as long whatever the size: a launch-bound model) becomes
+    ``min_seconds_per_unit``: padding then costs next to nothing, and the policy keeps few
+    gears; the intercept is at least 0."""
+    pts = [(float(u), float(t)) for u, t in points if math.isfinite(u) and math.isfinite(t)]
+    if len({u for u, _ in pts}) < 2:
+        return None
+    mu = sum(u for u, _ in pts) / len(pts)
+    mt = sum(t for _, t in pts) / len(pts)
+    var = sum((u - mu) ** 2 for u, _ in pts)
+    slope = max(sum((u - mu) * (t - mt) for u, t in pts) / var, min_seconds_per_unit)
+    return max(mt - slope * mu, 0.0), slope
+
+
+def median_run_seconds(fn: Callable, examples: Tuple[torch.Tensor, ...], device_type: str,
+                       calls: int = 3) -> float:
+    """The median wall seconds of one call of ``fn`` on ``examples``, after one untimed call;
+    on CUDA each call ends when the calling thread's stream has run it (a stream sync: a
+    device-wide one is refused while another thread captures a graph)."""
+    sync = torch.cuda.current_stream().synchronize if device_type == "cuda" else (lambda: None)
+    with torch.no_grad():
+        fn(*examples)
+        sync()
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            fn(*examples)
+            sync()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 class CompiledGear:
     """One gear combination's compiled callable and what it cost. The
     runtime's pool holds it (released when the gear is evicted); a call holds
     it while it runs."""
 
     __slots__ = ("gear", "fn", "key", "compile_seconds", "bytes", "source", "choice", "tuning",
-                 "median_seconds", "__weakref__")
+                 "median_seconds", "run_seconds", "__weakref__")
 
     def __init__(self, gear: Gear, fn: Callable, compile_seconds: float, nbytes: int,
                  source: str = "built", choice: Optional[str] = None,
@@ -677,6 +723,9 @@ class CompiledGear:
         self.choice = choice
         self.tuning = tuning
         self.median_seconds = median_seconds
+        # The median seconds of one call at the gear's shape, timed after the compile (off the
+        # request path, when the run cost is calibrated); None when not timed.
+        self.run_seconds: Optional[float] = None
 
 
 class _GearStats:
@@ -809,7 +858,10 @@ class GearedModule(torch.nn.Module):
         the smallest initial gear first and give the measured seconds to the cost model; after
         every compile the mean measured seconds (and bytes per gear, as ``memory_fixed_bytes``,
         priced when the config's replan cost sets ``gamma`` > 0) replace it
-        (``Runtime.set_replan_cost``).
+        (``Runtime.set_replan_cost``). Unless the config gives ``seconds_per_unit`` or
+        ``seconds_per_run``, each gear compiled off the request path is also timed and those
+        two become the line through the timed gears (:func:`fit_run_cost`;
+        ``summary()["calibrated_run_cost"]``).
       check: "off", "debug" (raise PaddingInvarianceError) or "warn" on a mismatch with eager.
       check_every: compare every Nth call (check mode). check_rtol/check_atol: tolerances.
       clock / start_time: "system" or "manual" (tests and replays drive it).
@@ -901,6 +953,15 @@ class GearedModule(torch.nn.Module):
         # after every compile) unless the user's config gives the figure.
         self._measure_cost = (calibrate and policy == "replan"
                               and "compile_seconds" not in self._config.get("replan", {}))
+        # The run time per unit of size too, unless the config gives either figure: each gear
+        # compiled off the request path is timed, and the cost model's seconds_per_run and
+        # seconds_per_unit become the line through those times (fit_run_cost).
+        replan_cfg = self._config.get("replan", {})
+        self._measure_run_cost = (calibrate and policy == "replan"
+                                  and "seconds_per_unit" not in replan_cfg
+                                  and "seconds_per_run" not in replan_cfg)
+        self._runtime_exponent = float(replan_cfg.get("runtime_exponent", 1.0))
+        self.calibrated_run_cost: Optional[Dict[str, float]] = None
         if self._measure_cost and self._sig.example_shapes_known():
             smallest = tuple(min(g) for g in initial)
             first = self._compile(smallest)
@@ -1100,9 +1161,19 @@ class GearedModule(torch.nn.Module):
         examples = self._example_inputs(gear)
         meter = [0.0, 0]  # seconds and bytes of the steps run under the compile lock
         if isinstance(self._compile_fn, Autotune):
-            return self._tune(gear, examples, meter, from_request)
+            compiled = self._tune(gear, examples, meter, from_request)
+            if compiled.median_seconds and compiled.choice in compiled.median_seconds:
+                compiled.run_seconds = compiled.median_seconds[compiled.choice]
+            return compiled
         fn, source = self._build(self._compile_fn, gear, examples, meter, from_request)
-        return CompiledGear(gear, fn, meter[0], meter[1], source)
+        compiled = CompiledGear(gear, fn, meter[0], meter[1], source)
+        if self._measure_run_cost and not from_request:  # a request does not wait for this
+            with self._compile_lock or _NULL_LOCK:
+                try:
+                    compiled.run_seconds = median_run_seconds(fn, examples, self._device_type)
+                except Exception:  # the module's own error reaches its first request
+                    compiled.run_seconds = None
+        return compiled
 
     def _build(self, compile_fn: Callable, gear: Gear, examples: Tuple[torch.Tensor, ...],
                meter: List[Any], from_request: bool) -> Tuple[Callable, str]:
@@ -1392,7 +1463,8 @@ class GearedModule(torch.nn.Module):
             self._counts["compiles"] += 1
             self._compile_log.append({"gear": list(compiled.gear), "seconds": compiled.compile_seconds,
                                       "bytes": compiled.bytes, "time": now,
-                                      "source": compiled.source})
+                                      "source": compiled.source,
+                                      "run_seconds": compiled.run_seconds})
         attached = rt.attach_cleanup_keys(list(compiled.gear), [key])
         if not attached:
             self._drop_keys([key])
@@ -1400,15 +1472,25 @@ class GearedModule(torch.nn.Module):
         return attached
 
     def _feed_cost_model(self) -> None:
-        if not self._measure_cost:
+        if not (self._measure_cost or self._measure_run_cost):
             return
         with self._lock:
             secs = [c["seconds"] for c in self._compile_log]
             sizes = [c["bytes"] for c in self._compile_log if c["bytes"]]
-        if secs:
-            fields = {"compile_seconds": max(sum(secs) / len(secs), 1e-3)}
+            runs = [(math.prod(c["gear"]) ** self._runtime_exponent, c["run_seconds"])
+                    for c in self._compile_log if c["run_seconds"] is not None]
+        fields: Dict[str, float] = {}
+        if self._measure_cost and secs:
+            fields["compile_seconds"] = max(sum(secs) / len(secs), 1e-3)
             if sizes:  # priced when the config's replan cost has gamma > 0
                 fields["memory_fixed_bytes"] = float(sum(sizes) / len(sizes))
+        fit = fit_run_cost(runs) if self._measure_run_cost else None
+        if fit is not None:
+            fields["seconds_per_run"], fields["seconds_per_unit"] = fit
+            with self._lock:
+                self.calibrated_run_cost = {"seconds_per_run": fit[0], "seconds_per_unit": fit[1],
+                                            "gears_timed": len(runs)}
+        if fields:
             self.runtime.set_replan_cost(**fields)
 
     def _get(self, gear: Gear, from_request: bool = False) -> CompiledGear:
@@ -1593,6 +1675,7 @@ class GearedModule(torch.nn.Module):
                     "choice": c.choice if c else None,
                     "tuning": c.tuning if c else None,
                     "compile_seconds": c.compile_seconds if c else None,
+                    "run_seconds": c.run_seconds if c else None,
                     "bytes": c.bytes if c else None,
                 }
             log = list(self._compile_log)
@@ -1625,6 +1708,8 @@ class GearedModule(torch.nn.Module):
             "compile_seconds": sum(secs),
             "compile_seconds_mean": (sum(secs) / len(secs)) if secs else None,
             "calibrated_compile_seconds": self.calibrated_compile_seconds,
+            "calibrated_run_cost": (dict(self.calibrated_run_cost)
+                                    if self.calibrated_run_cost else None),
             "compile_failures": counts.get("compile_failures", 0),
             "prewarm_failures": counts.get("prewarm_failures", 0),
             "cached_modules": sum(1 for g in per_gear.values() if g["compiled"]),
@@ -1676,8 +1761,15 @@ class GearedModule(torch.nn.Module):
 
     def close(self) -> None:
         """Stops the prewarm thread (after the compile in progress) and the
-        runtime's worker; later calls raise RuntimeError. Idempotent."""
+        runtime's worker, and drops the compiled modules (a CUDA graph's
+        memory goes back to its pool now, not when this object is collected;
+        a call still running keeps its own); later calls raise RuntimeError.
+        Idempotent."""
         self._finalizer()
+        with self._lock:
+            self._table.clear()
+            self._by_key.clear()
+            self._idle_cells.clear()
 
     def __enter__(self) -> "GearedModule":
         return self

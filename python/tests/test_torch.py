@@ -249,6 +249,66 @@ def test_cuda_graph_equals_eager_on_gpu():
             torch.testing.assert_close(gm(x), eager(model, x), rtol=1e-4, atol=1e-4)
 
 
+class PausesInCapture(torch.nn.Module):
+    """Doubles its input; while a CUDA graph captures it, says so and waits
+    until the test has made its call from another thread."""
+
+    def __init__(self):
+        super().__init__()
+        self.capturing, self.go = threading.Event(), threading.Event()
+
+    def forward(self, x):
+        if torch.cuda.is_current_stream_capturing():
+            self.capturing.set()
+            assert self.go.wait(60), "the test never let the capture go on"
+        return x * 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA build of torch and a GPU")
+def test_a_request_thread_may_synchronize_while_the_prewarm_captures():
+    model = PausesInCapture()
+    with GearedModule(model, {"batch": {"gears": [4], "splittable": True}},
+                      inputs={"x": {"axes": ["batch", 3], "dtype": torch.float32}},
+                      outputs=["batch", 3], compiler="cuda_graph", start_worker=False,
+                      calibrate=False) as gm:
+        assert model.capturing.wait(60), "the prewarm never captured"
+        try:  # in CUDA's global capture mode these fail, and so does the capture
+            x = torch.ones(2, 3, device="cuda")
+            doubled = (x * 2).sum().item()
+            torch.cuda.current_stream().synchronize()
+        finally:
+            model.go.set()
+        assert doubled == 12.0
+        assert gm.wait_prewarm(120)
+        torch.testing.assert_close(gm(torch.ones(3, 3, device="cuda")),
+                                   torch.full((3, 3), 2.0, device="cuda"))
+
+
+def test_close_drops_the_compiled_modules_at_once():
+    class Compiled:
+        def __init__(self, module):
+            self.module = module
+
+        def __call__(self, *xs):
+            return self.module(*xs)
+
+    made = []
+
+    def compiler(module, examples):
+        made.append(Compiled(module))
+        return made[-1]
+
+    gm = conv_module(compiler=compiler, prewarm=False, calibrate=False)
+    gm(torch.randn(3, 3, 8, 8))
+    alive = [weakref.ref(c) for c in made]
+    made.clear()
+    assert alive and all(r() is not None for r in alive)
+    keep = gm  # the module itself stays referenced: close() alone must free them
+    gm.close()
+    assert all(r() is None for r in alive)
+    assert keep.compiled_gears() == []
+
+
 def test_a_failed_compile_is_reported_to_the_caller_and_not_cached():
     calls = []
 
@@ -695,6 +755,64 @@ def test_calibration_puts_the_measured_compile_seconds_into_the_replan_cost_mode
         assert gm.runtime.replan_cost()["compile_seconds"] == 3.0
     with conv_module(compiler="eager", policy="adaptive") as gm:
         assert gm.calibrated_compile_seconds is None and "replan" not in gm.config
+
+
+def test_fit_run_cost_is_the_least_squares_line_clamped_at_zero():
+    from gearbox.torch import fit_run_cost
+
+    assert fit_run_cost([(1, 0.002), (3, 0.004), (5, 0.006)]) == pytest.approx((0.001, 0.001))
+    assert fit_run_cost([(8, 0.01), (8, 0.02)]) is None  # one size: no slope to fit
+    assert fit_run_cost([]) is None
+    # Calls as fast at every size (a launch-bound model): padding costs next to nothing.
+    assert fit_run_cost([(1, 0.003), (100, 0.003), (50, 0.0031)]) == pytest.approx(
+        (0.0031 / 3 + 0.002, 1e-12), rel=1e-6)
+    assert fit_run_cost([(1, 0.003), (100, 0.002)], min_seconds_per_unit=1e-9)[1] == 1e-9
+    # A steep line through the origin's far side: the intercept stays at 0.
+    spr, spu = fit_run_cost([(10, 0.001), (20, 0.003)])
+    assert spr == 0.0 and spu == pytest.approx(0.0002)
+    assert fit_run_cost([(1, float("nan")), (2, 0.1), (4, 0.2)]) == pytest.approx((0.0, 0.05))
+
+
+class SleepsBySize(torch.nn.Module):
+    """Returns its input; a call sleeps 1 ms plus 50 us per row: the run cost to recover."""
+
+    def forward(self, x):
+        time.sleep(0.001 + 5e-5 * x.shape[0])
+        return x
+
+
+def test_the_run_cost_is_fitted_to_the_timed_gears_and_given_to_the_policy():
+    with GearedModule(SleepsBySize(), {"batch": {"gears": [8, 16, 32, 64], "splittable": True}},
+                      inputs={"x": {"axes": ["batch", 3], "dtype": torch.float32}},
+                      outputs=["batch", 3], compiler="eager", start_worker=False) as gm:
+        assert gm.wait_prewarm(60)
+        s = gm.summary()
+        timed = {g: v["run_seconds"] for g, v in s["per_gear"].items()}
+        assert all(t is not None and t >= 0.0014 for t in timed.values()), timed
+        fit = s["calibrated_run_cost"]
+        assert fit["gears_timed"] == 4
+        assert 2.5e-5 <= fit["seconds_per_unit"] <= 1e-4, fit
+        assert 0.0 <= fit["seconds_per_run"] <= 0.003, fit
+        cost = gm.runtime.replan_cost()
+        assert cost["seconds_per_unit"] == pytest.approx(fit["seconds_per_unit"])
+        assert cost["seconds_per_run"] == pytest.approx(fit["seconds_per_run"])
+    # A figure in the config stands, and nothing is timed.
+    with GearedModule(SleepsBySize(), {"batch": {"gears": [8, 16], "splittable": True}},
+                      inputs={"x": {"axes": ["batch", 3], "dtype": torch.float32}},
+                      outputs=["batch", 3], compiler="eager", start_worker=False,
+                      config={"replan": {"seconds_per_unit": 3e-6}}) as gm:
+        assert gm.wait_prewarm(60)
+        s = gm.summary()
+        assert s["calibrated_run_cost"] is None
+        assert all(v["run_seconds"] is None for v in s["per_gear"].values())
+        assert gm.runtime.replan_cost()["seconds_per_unit"] == 3e-6
+    # A request's own compile is not timed (it would wait for it).
+    with GearedModule(SleepsBySize(), {"batch": {"gears": [8, 16], "splittable": True}},
+                      inputs={"x": {"axes": ["batch", 3], "dtype": torch.float32}},
+                      outputs=["batch", 3], compiler="eager", start_worker=False,
+                      prewarm=False, calibrate=True) as gm:
+        gm(torch.randn(16, 3))
+        assert gm.summary()["per_gear"]["16"]["run_seconds"] is None
 
 
 def test_an_eager_fallback_variant_runs_the_module_uncompiled_at_its_exact_size():
