@@ -12,9 +12,9 @@ ways, and prints them side by side (docs/PERFORMANCE.md, "gearbox.torch"):
   adaptive     gearbox.torch, the seed's adaptive policy (same start)
   replan_autotune  replan with compiler="autotune": each gear times TorchScript against eager
                and serves with the faster (not in the default --modes)
-  replan_fixed_cost  replan with the cost model's default run cost (seconds_per_unit 2e-5,
-               seconds_per_run 0) instead of the line fitted to this model's timed gears
-               (not in the default --modes)
+  replan_fitted_cost  replan with calibrate_run_cost=True: the cost model's run cost is the
+               line through this model's timed gears instead of its default (seconds_per_unit
+               2e-5, seconds_per_run 0) (not in the default --modes)
 
 Each mode runs in its own process (for its own peak RSS). The trace is scaled
 to fit a few minutes on 2 cores: every --every'th row, lengths divided by
@@ -43,7 +43,7 @@ import sys
 import time
 
 MODES = ("eager", "trace_once", "per_shape", "static_pow2", "replan", "adaptive")
-EXTRA_MODES = ("replan_autotune", "replan_fixed_cost")
+EXTRA_MODES = ("replan_autotune", "replan_fitted_cost")
 
 
 def load_trace(path, every, scale, max_len):
@@ -146,15 +146,14 @@ def run_mode(args):
         from gearbox.torch import GearedModule
 
         policy = {"static_pow2": "static", "replan_autotune": "replan",
-                  "replan_fixed_cost": "replan"}.get(args.mode, args.mode)
-        fixed_cost = ({"replan": {"seconds_per_unit": 2e-5, "seconds_per_run": 0.0}}
-                      if args.mode == "replan_fixed_cost" else None)
+                  "replan_fitted_cost": "replan"}.get(args.mode, args.mode)
         cfg = {"dims": [{"name": "seq", "policy": "TIMES", "min": 1, "max": args.max_len}]}
         compiler = "autotune" if args.mode == "replan_autotune" else "torchscript"
         if dev == "cuda":
             compiler = "cuda_graph"
         gm = GearedModule(model, cfg, policy=policy, clock="manual", start_time=0.0,
-                          compiler=compiler, config=fixed_cost,
+                          compiler=compiler,
+                          calibrate_run_cost=args.mode == "replan_fitted_cost",
                           start_worker=False, prewarm=True,
                           inputs={"ids": {"axes": [1, "seq"], "pad": 0, "dtype": torch.long},
                                   "mask": {"axes": [1, "seq"], "pad": True, "dtype": torch.bool}},

@@ -426,9 +426,11 @@ class CudaGraphCompiler:
 
     The capture is thread-local (``capture_error_mode="thread_local"``): the
     prewarm captures in the background while requests run, and a request's
-    thread may synchronize (``torch.cuda.synchronize()``, ``.item()``,
-    ``.cpu()``) during a capture; in CUDA's default, global mode any such
-    call from any thread fails the capture and the request."""
+    thread may synchronize its own stream (``.item()``, ``.cpu()``,
+    ``torch.cuda.current_stream().synchronize()``) during a capture; in
+    CUDA's default, global mode such a call from any thread fails the capture
+    and the request. A device-wide ``torch.cuda.synchronize()`` during a
+    capture is refused in either mode."""
 
     def __init__(self, warmup_runs: int = 3):
         if not torch.cuda.is_available():
@@ -858,10 +860,13 @@ class GearedModule(torch.nn.Module):
         the smallest initial gear first and give the measured seconds to the cost model; after
         every compile the mean measured seconds (and bytes per gear, as ``memory_fixed_bytes``,
         priced when the config's replan cost sets ``gamma`` > 0) replace it
-        (``Runtime.set_replan_cost``). Unless the config gives ``seconds_per_unit`` or
-        ``seconds_per_run``, each gear compiled off the request path is also timed and those
-        two become the line through the timed gears (:func:`fit_run_cost`;
-        ``summary()["calibrated_run_cost"]``).
+        (``Runtime.set_replan_cost``).
+      calibrate_run_cost: with the replan policy and neither ``replan.seconds_per_unit`` nor
+        ``replan.seconds_per_run`` in the config, time each gear compiled off the request path
+        (the timing counts in its compile seconds) and give the policy the line through the
+        timed gears as those two figures (:func:`fit_run_cost`;
+        ``summary()["calibrated_run_cost"]``). Off by default: docs/PYTHON.md says what it
+        did on the one replay it was measured on.
       check: "off", "debug" (raise PaddingInvarianceError) or "warn" on a mismatch with eager.
       check_every: compare every Nth call (check mode). check_rtol/check_atol: tolerances.
       clock / start_time: "system" or "manual" (tests and replays drive it).
@@ -879,7 +884,8 @@ class GearedModule(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, dims: Any, *, inputs: Mapping[str, Any],
                  outputs: Any, compiler: Any = "torchscript", policy: str = "replan",
                  config: Optional[Mapping[str, Any]] = None, start_worker: bool = True,
-                 prewarm: bool = True, calibrate: bool = True, check: str = "off",
+                 prewarm: bool = True, calibrate: bool = True,
+                 calibrate_run_cost: bool = False, check: str = "off",
                  check_every: int = 1, check_rtol: float = 1e-4, check_atol: float = 1e-5,
                  clock: str = "system", start_time: float = 0.0,
                  serialize_compiles: bool = True, max_decisions: int = 1000,
@@ -953,11 +959,11 @@ class GearedModule(torch.nn.Module):
         # after every compile) unless the user's config gives the figure.
         self._measure_cost = (calibrate and policy == "replan"
                               and "compile_seconds" not in self._config.get("replan", {}))
-        # The run time per unit of size too, unless the config gives either figure: each gear
-        # compiled off the request path is timed, and the cost model's seconds_per_run and
-        # seconds_per_unit become the line through those times (fit_run_cost).
+        # Asked for, and unless the config gives either figure, the run time per unit of size
+        # too: each gear compiled off the request path is timed, and the cost model's
+        # seconds_per_run and seconds_per_unit become the line through those times.
         replan_cfg = self._config.get("replan", {})
-        self._measure_run_cost = (calibrate and policy == "replan"
+        self._measure_run_cost = (calibrate_run_cost and policy == "replan"
                                   and "seconds_per_unit" not in replan_cfg
                                   and "seconds_per_run" not in replan_cfg)
         self._runtime_exponent = float(replan_cfg.get("runtime_exponent", 1.0))
@@ -1169,10 +1175,13 @@ class GearedModule(torch.nn.Module):
         compiled = CompiledGear(gear, fn, meter[0], meter[1], source)
         if self._measure_run_cost and not from_request:  # a request does not wait for this
             with self._compile_lock or _NULL_LOCK:
+                t0 = time.perf_counter()
                 try:
                     compiled.run_seconds = median_run_seconds(fn, examples, self._device_type)
                 except Exception:  # the module's own error reaches its first request
                     compiled.run_seconds = None
+                # The timing is part of what a gear costs to make: the cost model sees it.
+                compiled.compile_seconds += time.perf_counter() - t0
         return compiled
 
     def _build(self, compile_fn: Callable, gear: Gear, examples: Tuple[torch.Tensor, ...],

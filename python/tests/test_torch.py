@@ -781,10 +781,14 @@ class SleepsBySize(torch.nn.Module):
         return x
 
 
+def sleeps_by_size(gears, **args):
+    return GearedModule(SleepsBySize(), {"batch": {"gears": gears, "splittable": True}},
+                        inputs={"x": {"axes": ["batch", 3], "dtype": torch.float32}},
+                        outputs=["batch", 3], compiler="eager", start_worker=False, **args)
+
+
 def test_the_run_cost_is_fitted_to_the_timed_gears_and_given_to_the_policy():
-    with GearedModule(SleepsBySize(), {"batch": {"gears": [8, 16, 32, 64], "splittable": True}},
-                      inputs={"x": {"axes": ["batch", 3], "dtype": torch.float32}},
-                      outputs=["batch", 3], compiler="eager", start_worker=False) as gm:
+    with sleeps_by_size([8, 16, 32, 64], calibrate_run_cost=True) as gm:
         assert gm.wait_prewarm(60)
         s = gm.summary()
         timed = {g: v["run_seconds"] for g, v in s["per_gear"].items()}
@@ -796,21 +800,19 @@ def test_the_run_cost_is_fitted_to_the_timed_gears_and_given_to_the_policy():
         cost = gm.runtime.replan_cost()
         assert cost["seconds_per_unit"] == pytest.approx(fit["seconds_per_unit"])
         assert cost["seconds_per_run"] == pytest.approx(fit["seconds_per_run"])
-    # A figure in the config stands, and nothing is timed.
-    with GearedModule(SleepsBySize(), {"batch": {"gears": [8, 16], "splittable": True}},
-                      inputs={"x": {"axes": ["batch", 3], "dtype": torch.float32}},
-                      outputs=["batch", 3], compiler="eager", start_worker=False,
-                      config={"replan": {"seconds_per_unit": 3e-6}}) as gm:
-        assert gm.wait_prewarm(60)
-        s = gm.summary()
-        assert s["calibrated_run_cost"] is None
-        assert all(v["run_seconds"] is None for v in s["per_gear"].values())
-        assert gm.runtime.replan_cost()["seconds_per_unit"] == 3e-6
+        # The timing is part of the gear's cost.
+        assert all(v["compile_seconds"] >= v["run_seconds"] * 3 for v in s["per_gear"].values())
+    # Not asked for (the default), or a figure in the config: nothing is timed, the figure stands.
+    for args, spu in (({}, 2e-5), ({"calibrate_run_cost": True,
+                                    "config": {"replan": {"seconds_per_unit": 3e-6}}}, 3e-6)):
+        with sleeps_by_size([8, 16], **args) as gm:
+            assert gm.wait_prewarm(60)
+            s = gm.summary()
+            assert s["calibrated_run_cost"] is None
+            assert all(v["run_seconds"] is None for v in s["per_gear"].values())
+            assert gm.runtime.replan_cost()["seconds_per_unit"] == spu
     # A request's own compile is not timed (it would wait for it).
-    with GearedModule(SleepsBySize(), {"batch": {"gears": [8, 16], "splittable": True}},
-                      inputs={"x": {"axes": ["batch", 3], "dtype": torch.float32}},
-                      outputs=["batch", 3], compiler="eager", start_worker=False,
-                      prewarm=False, calibrate=True) as gm:
+    with sleeps_by_size([8, 16], prewarm=False, calibrate_run_cost=True) as gm:
         gm(torch.randn(16, 3))
         assert gm.summary()["per_gear"]["16"]["run_seconds"] is None
 
