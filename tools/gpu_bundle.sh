@@ -14,6 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=$(realpath -m "${1:-.gpu}")
+case "$dir" in  # emptied below: never the repository, its parents or /
+  / | "$PWD" | "$PWD"/.. | "$(dirname "$PWD")" | "$HOME")
+    echo "gpu_bundle: DIR \"$dir\" is not allowed; a folder of its own (default .gpu)" >&2
+    exit 2 ;;
+esac
 build=${BUILD_DIR:-build}
 targets=(cuda_graph_test device_arena_test executor_test cuda_graph_bench gearbox)
 [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null ||
