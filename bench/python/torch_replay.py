@@ -26,8 +26,9 @@ and every compile is counted in the total time. Not a test: timings vary.
 With --device cuda everything runs on the GPU: the model and the requests'
 tensors live there, TorchScript traces there, the gearbox modes compile with
 compiler="cuda_graph" (one torch.cuda.CUDAGraph per gear, one memory pool)
-and every request's time ends at torch.cuda.synchronize(); the peak column is
-then torch.cuda.max_memory_allocated(), not RSS.
+(replan_autotune too) and every request's time ends at a synchronize of the
+current stream; the peak column is then torch.cuda.max_memory_allocated(),
+not RSS.
 
   OMP_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/python/torch_replay.py
 """
