@@ -545,15 +545,8 @@ class Autotune:
 
     def median_call_seconds(self, fn: Callable, examples: Tuple[torch.Tensor, ...]) -> float:
         """The median wall seconds of one call of ``fn`` on ``examples`` (after the warm-up)."""
-        with torch.no_grad():
-            for _ in range(self.warmup_runs):
-                fn(*examples)
-            times = []
-            for _ in range(self.runs):
-                t0 = time.perf_counter()
-                fn(*examples)
-                times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return median_run_seconds(fn, examples, "cpu", calls=self.runs,
+                                  warmup_calls=self.warmup_runs)
 
 
 def encode_tuning(choice: str, median_seconds: Mapping[str, float], runs: int) -> bytes:
@@ -685,13 +678,14 @@ def fit_run_cost(points: Sequence[Tuple[float, float]],
 
 
 def median_run_seconds(fn: Callable, examples: Tuple[torch.Tensor, ...], device_type: str,
-                       calls: int = 3) -> float:
-    """The median wall seconds of one call of ``fn`` on ``examples``, after one untimed call;
-    on CUDA each call ends when the calling thread's stream has run it (a stream sync: a
-    device-wide one is refused while another thread captures a graph)."""
+                       calls: int = 3, warmup_calls: int = 1) -> float:
+    """The median wall seconds of one call of ``fn`` on ``examples``, after ``warmup_calls``
+    untimed ones; on CUDA each call ends when the calling thread's stream has run it (a stream
+    sync: a device-wide one is refused while another thread captures a graph)."""
     sync = torch.cuda.current_stream().synchronize if device_type == "cuda" else (lambda: None)
     with torch.no_grad():
-        fn(*examples)
+        for _ in range(warmup_calls):
+            fn(*examples)
         sync()
         times = []
         for _ in range(calls):
@@ -966,7 +960,6 @@ class GearedModule(torch.nn.Module):
         self._measure_run_cost = (calibrate_run_cost and policy == "replan"
                                   and "seconds_per_unit" not in replan_cfg
                                   and "seconds_per_run" not in replan_cfg)
-        self._runtime_exponent = float(replan_cfg.get("runtime_exponent", 1.0))
         self.calibrated_run_cost: Optional[Dict[str, float]] = None
         if self._measure_cost and self._sig.example_shapes_known():
             smallest = tuple(min(g) for g in initial)
@@ -1168,7 +1161,7 @@ class GearedModule(torch.nn.Module):
         meter = [0.0, 0]  # seconds and bytes of the steps run under the compile lock
         if isinstance(self._compile_fn, Autotune):
             compiled = self._tune(gear, examples, meter, from_request)
-            if compiled.median_seconds and compiled.choice in compiled.median_seconds:
+            if self._measure_run_cost and compiled.choice in (compiled.median_seconds or {}):
                 compiled.run_seconds = compiled.median_seconds[compiled.choice]
             return compiled
         fn, source = self._build(self._compile_fn, gear, examples, meter, from_request)
@@ -1486,14 +1479,17 @@ class GearedModule(torch.nn.Module):
         with self._lock:
             secs = [c["seconds"] for c in self._compile_log]
             sizes = [c["bytes"] for c in self._compile_log if c["bytes"]]
-            runs = [(math.prod(c["gear"]) ** self._runtime_exponent, c["run_seconds"])
-                    for c in self._compile_log if c["run_seconds"] is not None]
+            runs = [(c["gear"], c["run_seconds"]) for c in self._compile_log
+                    if c["run_seconds"] is not None]
         fields: Dict[str, float] = {}
         if self._measure_cost and secs:
             fields["compile_seconds"] = max(sum(secs) / len(secs), 1e-3)
             if sizes:  # priced when the config's replan cost has gamma > 0
                 fields["memory_fixed_bytes"] = float(sum(sizes) / len(sizes))
-        fit = fit_run_cost(runs) if self._measure_run_cost else None
+        fit = None
+        if self._measure_run_cost and runs:  # units as the policy counts them
+            exponent = self.runtime.replan_cost()["runtime_exponent"]
+            fit = fit_run_cost([(math.prod(g) ** exponent, t) for g, t in runs])
         if fit is not None:
             fields["seconds_per_run"], fields["seconds_per_unit"] = fit
             with self._lock:
@@ -1771,8 +1767,9 @@ class GearedModule(torch.nn.Module):
     def close(self) -> None:
         """Stops the prewarm thread (after the compile in progress) and the
         runtime's worker, and drops the compiled modules (a CUDA graph's
-        memory goes back to its pool now, not when this object is collected;
-        a call still running keeps its own); later calls raise RuntimeError.
+        memory goes back to its pool now, not when this object is collected,
+        unless something else holds the module: a call still running, a
+        CompiledGear kept from compiled()); later calls raise RuntimeError.
         Idempotent."""
         self._finalizer()
         with self._lock:

@@ -303,10 +303,9 @@ def test_close_drops_the_compiled_modules_at_once():
     alive = [weakref.ref(c) for c in made]
     made.clear()
     assert alive and all(r() is not None for r in alive)
-    keep = gm  # the module itself stays referenced: close() alone must free them
-    gm.close()
+    gm.close()  # gm itself stays referenced: close() alone must free them
     assert all(r() is None for r in alive)
-    assert keep.compiled_gears() == []
+    assert gm.compiled_gears() == []
 
 
 def test_a_failed_compile_is_reported_to_the_caller_and_not_cached():
@@ -767,7 +766,7 @@ def test_fit_run_cost_is_the_least_squares_line_clamped_at_zero():
     assert fit_run_cost([(1, 0.003), (100, 0.003), (50, 0.0031)]) == pytest.approx(
         (0.0031 / 3 + 0.002, 1e-12), rel=1e-6)
     assert fit_run_cost([(1, 0.003), (100, 0.002)], min_seconds_per_unit=1e-9)[1] == 1e-9
-    # A steep line through the origin's far side: the intercept stays at 0.
+    # A line whose intercept would be negative (-0.001 s): it stays at 0.
     spr, spu = fit_run_cost([(10, 0.001), (20, 0.003)])
     assert spr == 0.0 and spu == pytest.approx(0.0002)
     assert fit_run_cost([(1, float("nan")), (2, 0.1), (4, 0.2)]) == pytest.approx((0.0, 0.05))
