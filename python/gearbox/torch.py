@@ -421,8 +421,19 @@ def model_fingerprint(module: torch.nn.Module, *, model_id: Optional[str] = None
 class CudaGraphCompiler:
     """Captures each gear with ``torch.cuda.CUDAGraph`` into one memory pool
     shared by all gears of a GearedModule (capture the largest gear first:
-    the prewarm does). Replays are serialized per gear (the graph's static
-    input and output buffers are shared); outputs are cloned out of them.
+    the prewarm does). The warmup runs before each capture use one side
+    stream per device for all gears of every GearedModule in the process:
+    PyTorch keeps a cuBLAS workspace for each stream a matmul ran on (32 MiB
+    on Hopper) until the process ends, so a fresh stream per gear held one
+    more workspace per gear (33 MiB a gear on an H200, docs/PERFORMANCE.md).
+
+    Replays are serialized across all gears of the pool, on the GPU as well
+    as on the host: a gear's graph may use as scratch the memory where
+    another gear's graph keeps its output (the pool is shared), so each call
+    copies its inputs in, replays and clones the outputs out under one lock,
+    on the caller's current stream, after the previous call's work on
+    whatever stream it ran (a CUDA event). Two requests on two streams thus
+    never run two graphs of the pool at once.
 
     The capture is thread-local (``capture_error_mode="thread_local"``): the
     prewarm captures in the background while requests run, and a request's
@@ -438,10 +449,11 @@ class CudaGraphCompiler:
                                "torch.cuda.is_available() is False (use 'torchscript' or 'eager')")
         self.warmup_runs = warmup_runs
         self.pool = torch.cuda.graph_pool_handle()
+        self.replays = _PoolReplays()
 
     def __call__(self, module: torch.nn.Module, example_inputs: Tuple[torch.Tensor, ...]) -> Callable:
         static_in = tuple(x.to("cuda").clone() for x in example_inputs)
-        stream = torch.cuda.Stream()
+        stream = _warmup_stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.no_grad(), torch.cuda.stream(stream):
             for _ in range(self.warmup_runs):
@@ -451,20 +463,51 @@ class CudaGraphCompiler:
         with torch.no_grad(), torch.cuda.graph(graph, pool=self.pool,
                                                capture_error_mode="thread_local"):
             static_out = module(*static_in)
-        return _GraphRunner(graph, static_in, static_out)
+        return _GraphRunner(graph, static_in, static_out, self.replays)
+
+
+_WARMUP_STREAMS: Dict[int, Any] = {}
+_WARMUP_STREAMS_LOCK = threading.Lock()
+
+
+def _warmup_stream() -> Any:
+    """The current device's stream for the warmup runs before a capture,
+    one per device for the process (see CudaGraphCompiler)."""
+    device = torch.cuda.current_device()
+    with _WARMUP_STREAMS_LOCK:
+        if device not in _WARMUP_STREAMS:
+            _WARMUP_STREAMS[device] = torch.cuda.Stream(device)
+        return _WARMUP_STREAMS[device]
+
+
+class _PoolReplays:
+    """The order of the replays of one memory pool's graphs: a lock, and the
+    event that the last call's work (copy in, replay, clone out) completes."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.done: Optional[Any] = None
 
 
 class _GraphRunner:
-    def __init__(self, graph: Any, static_in: Tuple[torch.Tensor, ...], static_out: Any):
+    def __init__(self, graph: Any, static_in: Tuple[torch.Tensor, ...], static_out: Any,
+                 replays: _PoolReplays):
         self.graph, self.static_in, self.static_out = graph, static_in, static_out
-        self.lock = threading.Lock()
+        self.replays = replays
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
-        with self.lock:
+        r = self.replays
+        with r.lock:
+            stream = torch.cuda.current_stream()
+            if r.done is not None:
+                stream.wait_event(r.done)
             for s, x in zip(self.static_in, inputs):
                 s.copy_(x)
             self.graph.replay()
-            return _map_tensors(self.static_out, lambda t: t.clone())
+            out = _map_tensors(self.static_out, lambda t: t.clone())
+            r.done = torch.cuda.Event()
+            r.done.record(stream)
+            return out
 
 
 def _map_tensors(x: Any, fn: Callable) -> Any:

@@ -284,6 +284,71 @@ def test_a_request_thread_may_synchronize_while_the_prewarm_captures():
                                    torch.full((3, 3), 2.0, device="cuda"))
 
 
+class ElementwiseChain(torch.nn.Module):
+    """Forty elementwise steps over large rows: each step's intermediate is
+    freed and reused, so two gears captured in one pool share scratch memory,
+    and a replay runs long enough for two of them to overlap."""
+
+    def forward(self, x):
+        y = x
+        for _ in range(40):
+            y = torch.sin(y) + 0.5 * x
+        return y
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA build of torch and a GPU")
+def test_gears_replayed_from_two_streams_at_once_keep_their_outputs():
+    model = ElementwiseChain()
+    width = 1 << 20
+    with GearedModule(model, {"batch": {"gears": [2, 4], "splittable": True}},
+                      inputs={"x": {"axes": ["batch", width], "dtype": torch.float32}},
+                      outputs=["batch", width], compiler="cuda_graph", start_worker=False,
+                      calibrate=False) as gm:
+        assert gm.wait_prewarm(120)
+        streams = [torch.cuda.Stream() for _ in range(3)]
+        for trial in range(5):
+            xs = [torch.randn(4, width, device="cuda"), torch.randn(2, width, device="cuda")]
+            torch.cuda.synchronize()
+            gate = torch.cuda.Event()
+            with torch.cuda.stream(streams[0]):
+                torch.cuda._sleep(20_000_000)  # both calls queue behind it, then start together
+                gate.record(streams[0])
+            ys = []
+            for stream, x in zip(streams[1:], xs):
+                stream.wait_event(gate)
+                with torch.cuda.stream(stream):
+                    ys.append(gm(x))
+            torch.cuda.synchronize()
+            for x, y in zip(xs, ys):
+                torch.testing.assert_close(y, eager(model, x), rtol=1e-5, atol=1e-5,
+                                           msg=lambda m: f"trial {trial}, {x.shape[0]} rows: {m}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA build of torch and a GPU")
+def test_a_captured_gear_holds_no_cublas_workspace_of_its_own():
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 64)).cuda().eval()
+
+    def metered_bytes(gears):
+        with GearedModule(model, {"batch": {"gears": gears, "splittable": True}},
+                          inputs={"x": {"axes": ["batch", 64], "dtype": torch.float32}},
+                          outputs=["batch", 64], compiler="cuda_graph", start_worker=False,
+                          prewarm=False, calibrate=False) as gm:
+            for g in gears:
+                x = torch.randn(g, 64, device="cuda")
+                torch.testing.assert_close(gm(x), eager(model, x), rtol=1e-4, atol=1e-4)
+            return {g: gm.compiled((g,)).bytes for g in gears}
+
+    # Activations here are a few KiB; a cuBLAS workspace is MiBs (32 on Hopper).
+    # The first capture of the process may create the workspaces; no later one.
+    first = metered_bytes([32, 16, 8, 4, 2, 1])
+    later = sum(b for g, b in first.items() if g != 32)
+    assert later < 8 * 2**20, f"gears after the first hold {later} bytes: {first}"
+    second = metered_bytes([32])  # another GearedModule: the same warmup stream
+    assert second[32] < 8 * 2**20, f"a second module's first gear holds {second[32]} bytes"
+
+
 def test_close_drops_the_compiled_modules_at_once():
     class Compiled:
         def __init__(self, module):
