@@ -60,7 +60,7 @@ if [[ -z ${GEARBOX:-} ]]; then
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEARBOX_WITH_CUDA=OFF >/dev/null
   fi
   cmake --build "$BUILD_DIR" -j"$JOBS" --target gearbox_cli >/dev/null
-  GEARBOX="$(pwd)/$BUILD_DIR/tools/gearbox"
+  GEARBOX="$(cd "$BUILD_DIR" && pwd)/tools/gearbox"
 fi
 PY=/usr/bin/python3
 HELPER="$(pwd)/scripts/fleet_suite.py"

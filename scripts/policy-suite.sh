@@ -10,7 +10,7 @@
 # time. Writes the same figures as JSON (--output, default
 # out/policy-suite.json).
 #
-#   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--output FILE] [--jobs N] [--keep DIR]
+#   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--configs DIR] [--output FILE] [--jobs N] [--keep DIR]
 #
 # --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
 # three of them, 3-value grids (under a minute on 2 cores);
@@ -18,9 +18,12 @@
 # --seeds: the scenarios drawn with each of these seeds (default 1; the
 # policy was developed on seed 1, so other seeds are draws it has not seen);
 # a scenario of seed S other than 1 is named SCENARIO-sS in the tables.
+# --configs: the replay configs, DIR/prefill_times.json and DIR/decode_times.json
+# (default data/configs): your model's gear ladders, budget and cost model.
 # BUILD_DIR (default build) holds the gearbox tool; it is built when missing
 # or out of date. OMP_NUM_THREADS defaults to 1.
 set -euo pipefail
+caller_dir=$PWD
 cd "$(dirname "$0")/.."
 
 QUICK=0
@@ -28,15 +31,17 @@ OUTPUT=out/policy-suite.json
 JOBS=2
 KEEP=""
 SEEDS=1
+CONFIGS=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
-    --output) OUTPUT="$2"; shift 2 ;;
+    --output) OUTPUT="$2"; [[ $OUTPUT == /* ]] || OUTPUT="$caller_dir/$OUTPUT"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
-    --keep) KEEP="$2"; shift 2 ;;
+    --keep) KEEP="$2"; [[ $KEEP == /* ]] || KEEP="$caller_dir/$KEEP"; shift 2 ;;
     --seeds) SEEDS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
-    *) echo "policy-suite.sh: unknown argument \"$1\"; --quick, --seeds S1,S2,..., --output FILE, --jobs N, --keep DIR" >&2
+    --configs) CONFIGS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "policy-suite.sh: unknown argument \"$1\"; --quick, --seeds S1,S2,..., --configs DIR, --output FILE, --jobs N, --keep DIR" >&2
        exit 2 ;;
   esac
 done
@@ -53,13 +58,28 @@ for seed in ${SEEDS//,/ }; do
 done
 SEEDS=${seed_list# }
 
+# A relative --configs (like --output and --keep) is the caller's; the
+# defaults are the repository's.
+if [[ -z $CONFIGS ]]; then
+  CONFIGS=data/configs
+elif [[ $CONFIGS != /* ]]; then
+  CONFIGS="$caller_dir/$CONFIGS"
+fi
+for view in prefill decode; do
+  if [[ ! -r "$CONFIGS/${view}_times.json" ]]; then
+    echo "policy-suite.sh: --configs \"$CONFIGS\": no readable ${view}_times.json there; expected a directory holding prefill_times.json and decode_times.json (as data/configs does)" >&2
+    exit 2
+  fi
+done
+CONFIGS="$(cd "$CONFIGS" && pwd)"
+
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 BUILD_DIR=${BUILD_DIR:-build}
 if [[ ! -f "$BUILD_DIR/build.ninja" && ! -f "$BUILD_DIR/Makefile" ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEARBOX_WITH_CUDA=OFF >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j"$JOBS" --target gearbox_cli >/dev/null
-GEARBOX="$(pwd)/$BUILD_DIR/tools/gearbox"
+GEARBOX="$(cd "$BUILD_DIR" && pwd)/tools/gearbox"
 PY=/usr/bin/python3
 HELPER="$(pwd)/scripts/policy_suite.py"
 
@@ -105,7 +125,7 @@ job() {
     "$GEARBOX" trace synth --scenario "$scenario" --seed "$seed" $HOURS --view "$view" --output "$trace" 2>/dev/null
   fi
   echo "$kind" >"$WORK/$name.kind"
-  local config=data/configs/${view}_times.json
+  local config=$CONFIGS/${view}_times.json
   "$GEARBOX" replay --config "$config" --trace "$trace" --policy static,adaptive,replan \
     --optimum --max-reject-ratio 1 --summary "$base.main.json" >"$base.main.txt" 2>&1
   if [[ $view == decode ]]; then
@@ -143,16 +163,19 @@ job() {
   echo "  done $name ($view)" >&2
 }
 export -f job
-export WORK GEARBOX PY HELPER HOURS GRIDS
+export WORK GEARBOX PY HELPER HOURS GRIDS CONFIGS
 
-{
+if ! {
   echo "azure-conv real prefill"
   echo "azure-conv real decode"
   for seed in $SEEDS; do
     for s in $SCENARIOS; do echo "$s scenario prefill $seed"; done
     for s in $DECODE; do echo "$s scenario decode $seed"; done
   done
-} | xargs -P "$JOBS" -L 1 bash -c 'job "$@"' _
+} | xargs -P "$JOBS" -L 1 bash -c 'job "$@"' _; then
+  echo "policy-suite.sh: a replay failed (the traces marked done above succeeded); rerun with --keep DIR and read DIR/*.txt" >&2
+  exit 1
+fi
 
 mkdir -p "$(dirname "$OUTPUT")"
 grid_args=()

@@ -101,3 +101,22 @@ def test_the_sparse_schemes_uncompiled_steps_count_as_a_broken_view(tmp_path):
         sparse.update({"eager_requests": 100, "requests": 10000})
         write(tmp_path, f"{t}.decode.sparse.grid-k-b.json", sparse)
     assert policy_suite.leave_one_out(str(tmp_path), "k", ["a", "b"])["chosen_on_all"] == "b"
+
+
+SUITE = os.path.join(HERE, "..", "..", "scripts", "policy-suite.sh")
+
+
+def test_configs_names_the_missing_config_before_building(tmp_path):
+    # Checked before anything is built or replayed: exit 2 naming the flag,
+    # the directory (a relative one is the caller's) and the missing file.
+    (tmp_path / "mine").mkdir()
+    r = subprocess.run(["bash", SUITE, "--configs", "mine"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert f'--configs "{tmp_path}/mine"' in r.stderr
+    assert "prefill_times.json" in r.stderr
+    (tmp_path / "mine" / "prefill_times.json").write_text("{}")
+    r = subprocess.run(["bash", SUITE, "--configs", str(tmp_path / "mine")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "no readable decode_times.json" in r.stderr
