@@ -10,7 +10,8 @@
 # time. Writes the same figures as JSON (--output, default
 # out/policy-suite.json).
 #
-#   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--configs DIR] [--output FILE] [--jobs N] [--keep DIR]
+#   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--configs DIR] [--long-configs DIR]
+#                           [--output FILE] [--jobs N] [--keep DIR]
 #
 # --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
 # three of them, 3-value grids (under a minute on 2 cores);
@@ -20,6 +21,8 @@
 # a scenario of seed S other than 1 is named SCENARIO-sS in the tables.
 # --configs: the replay configs, DIR/prefill_times.json and DIR/decode_times.json
 # (default data/configs): your model's gear ladders, budget and cost model.
+# --long-configs: the same for the long-context scenarios (long-*: prompts up
+# to 131072 tokens), default data/configs/long-context (SEQLEN 1..131072).
 # BUILD_DIR (default build) holds the gearbox tool; it is built when missing
 # or out of date. OMP_NUM_THREADS defaults to 1.
 set -euo pipefail
@@ -32,6 +35,7 @@ JOBS=2
 KEEP=""
 SEEDS=1
 CONFIGS=""
+LONG_CONFIGS=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
@@ -40,8 +44,9 @@ while [[ $# -gt 0 ]]; do
     --keep) KEEP="$2"; [[ $KEEP == /* ]] || KEEP="$caller_dir/$KEEP"; shift 2 ;;
     --seeds) SEEDS="$2"; shift 2 ;;
     --configs) CONFIGS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
-    *) echo "policy-suite.sh: unknown argument \"$1\"; --quick, --seeds S1,S2,..., --configs DIR, --output FILE, --jobs N, --keep DIR" >&2
+    --long-configs) LONG_CONFIGS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    *) echo "policy-suite.sh: unknown argument \"$1\"; --quick, --seeds S1,S2,..., --configs DIR, --long-configs DIR, --output FILE, --jobs N, --keep DIR" >&2
        exit 2 ;;
   esac
 done
@@ -65,13 +70,23 @@ if [[ -z $CONFIGS ]]; then
 elif [[ $CONFIGS != /* ]]; then
   CONFIGS="$caller_dir/$CONFIGS"
 fi
-for view in prefill decode; do
-  if [[ ! -r "$CONFIGS/${view}_times.json" ]]; then
-    echo "policy-suite.sh: --configs \"$CONFIGS\": no readable ${view}_times.json there; expected a directory holding prefill_times.json and decode_times.json (as data/configs does)" >&2
-    exit 2
-  fi
+if [[ -z $LONG_CONFIGS ]]; then
+  LONG_CONFIGS=data/configs/long-context
+elif [[ $LONG_CONFIGS != /* ]]; then
+  LONG_CONFIGS="$caller_dir/$LONG_CONFIGS"
+fi
+for flag in --configs --long-configs; do
+  dir=$CONFIGS
+  [[ $flag == --long-configs ]] && dir=$LONG_CONFIGS
+  for view in prefill decode; do
+    if [[ ! -r "$dir/${view}_times.json" ]]; then
+      echo "policy-suite.sh: $flag \"$dir\": no readable ${view}_times.json there; expected a directory holding prefill_times.json and decode_times.json (as data/configs does)" >&2
+      exit 2
+    fi
+  done
 done
 CONFIGS="$(cd "$CONFIGS" && pwd)"
+LONG_CONFIGS="$(cd "$LONG_CONFIGS" && pwd)"
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 BUILD_DIR=${BUILD_DIR:-build}
@@ -92,13 +107,13 @@ else
 fi
 
 # Scenarios, views and lengths.
-QUICK_SCENARIOS="poisson-azure poisson-mix low-rate diurnal step-chat-to-docs drift-up burst-long tenants-shift"
-QUICK_DECODE="poisson-azure step-chat-to-docs burst-long"
+QUICK_SCENARIOS="poisson-azure poisson-mix low-rate diurnal step-chat-to-docs drift-up burst-long tenants-shift long-mix"
+QUICK_DECODE="poisson-azure step-chat-to-docs burst-long long-mix"
 if [[ $QUICK == 1 ]]; then
   SCENARIOS=$QUICK_SCENARIOS
   DECODE=$QUICK_DECODE
   HOURS="--hours 0.5"
-  GRIDS="min_gear_lifetime_seconds=600,2400,7200 drift_agreement=0.5,0.8,1 idle_graph_release_seconds=0,600,3600 drift_lead_seconds=0,300,900"
+  GRIDS="min_gear_lifetime_seconds=600,2400,7200 drift_agreement=0.5,0.8,1 idle_graph_release_seconds=0,600,3600 drift_lead_seconds=0,300,900 gain_confidence_sigmas=0,1,2"
 else
   SCENARIOS=$("$GEARBOX" trace synth --list | awk '{print $1}')
   # Decode views: every scenario of at most an hour at a served rate (the
@@ -106,7 +121,7 @@ else
   # each, see docs/POLICY.md).
   DECODE=$(echo "$SCENARIOS" | grep -v -e '24h$' -e '^high-rate$' | tr '\n' ' ')
   HOURS=""
-  GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1 idle_graph_release_seconds=0,300,600,1200,1800,3600 drift_lead_seconds=0,300,600,900,1800,3600"
+  GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1 idle_graph_release_seconds=0,300,600,1200,1800,3600 drift_lead_seconds=0,300,600,900,1800,3600 gain_confidence_sigmas=0,0.5,1,2"
 fi
 
 # One job: make the trace, replay it, (decode) plan the offline optimum at
@@ -125,7 +140,9 @@ job() {
     "$GEARBOX" trace synth --scenario "$scenario" --seed "$seed" $HOURS --view "$view" --output "$trace" 2>/dev/null
   fi
   echo "$kind" >"$WORK/$name.kind"
+  # The long-context scenarios' prompts reach 131072 tokens: their ladders too.
   local config=$CONFIGS/${view}_times.json
+  [[ $scenario == long-* ]] && config=$LONG_CONFIGS/${view}_times.json
   "$GEARBOX" replay --config "$config" --trace "$trace" --policy static,adaptive,replan \
     --optimum --max-reject-ratio 1 --summary "$base.main.json" >"$base.main.txt" 2>&1
   if [[ $view == decode ]]; then
@@ -163,7 +180,7 @@ job() {
   echo "  done $name ($view)" >&2
 }
 export -f job
-export WORK GEARBOX PY HELPER HOURS GRIDS CONFIGS
+export WORK GEARBOX PY HELPER HOURS GRIDS CONFIGS LONG_CONFIGS
 
 if ! {
   echo "azure-conv real prefill"

@@ -303,6 +303,79 @@ TEST(ReplanDecision, AGearThatCameBackStaysForItsLifetimeWhileIdle) {
   EXPECT_THAT(Decide(first_life).removed[0], ElementsAre(100));
 }
 
+TEST(ReplanDecision, AGearHitWithinTheIdleReleaseStaysForItsLifetimeWhileIdle) {
+  // One dimension: gear 100, added by the policy 1,500 s ago, brought no
+  // request in this window but one 800 s ago, within the idle release
+  // (idle_graph_release_seconds, 1200 s; its graph goes then anyway): a
+  // sparse size range, so it stays for its lifetime. Last hit 1,300 s ago,
+  // or with the idle release off (0: an idle gear would keep its graph),
+  // it goes as an idle gear does.
+  const std::vector<WeightedSize> sizes = {{1024, 500.0}};
+  auto window = [&](double last_hit) {
+    Window w = MakeWindow({{100, 0, kNow - 1500, false}, {1024, 500, 0}}, sizes);
+    w.stats.dimensions[0].gears[0].last_hit_ts = kNow - last_hit;
+    return w;
+  };
+  const UpdateDecision kept = Decide(window(800));
+  EXPECT_THAT(kept.next_gears[0], ElementsAre(100, 1024));
+  ASSERT_EQ(kept.record.declined.size(), 1u);
+  EXPECT_THAT(kept.record.declined[0].reason,
+              HasSubstr("gear 100 was added less than min_gear_lifetime_seconds ago and hit "
+                        "within idle_graph_release_seconds (idle in the window)"));
+  EXPECT_THAT(Decide(window(1300)).removed[0], ElementsAre(100));
+  ReplanOptions never_released;
+  never_released.idle_graph_release_seconds = 0;
+  EXPECT_THAT(Decide(window(800), {}, never_released).removed[0], ElementsAre(100));
+}
+
+TEST(ReplanDecision, WithSeveralDimensionsAnIdleGearGoesWhateverItsLastHit) {
+  // The same gear 100 of SEQLEN beside a BATCHSIZE dimension: every SEQLEN
+  // gear is a row of the graph budget's product, so an idle one goes.
+  const std::vector<WeightedSize> sizes = {{1024, 500.0}};
+  Window w = MakeWindow({{100, 0, kNow - 1500, false}, {1024, 500, 0}}, sizes);
+  w.stats.dimensions[0].gears[0].last_hit_ts = kNow - 800;
+  w.gears = *GearSet::Create({{"SEQLEN", {100, 1024}, false, false}, {"BATCHSIZE", {8}, true}});
+  DimensionStats& batch = w.stats.dimensions.emplace_back();
+  batch.name = "BATCHSIZE";
+  std::vector<RawEvent> events;
+  for (int i = 0; i < 500; ++i) events.push_back({8, kNow - 290.0 + 290.0 * i / 499, 1});
+  batch.gears.push_back(MakeGearStats(8, events, kNow, 150.0, 0));
+  batch.gears.back().initial = true;
+  FinalizeDimensionStats(&batch);
+  batch.sizes = {{8, 500.0}};
+  batch.observed_seconds = 300.0;
+  EXPECT_THAT(Decide(w).removed[0], ElementsAre(100));
+}
+
+TEST(ReplanDecision, AGainReadOffAFewRequestsWaitsForTheEvidence) {
+  // n requests of 100 on gear 1024 (beside 500 at 1024, which pad nothing):
+  // adding 100 gains n x 2e-5 x 924 x 22.2 = 0.41 n s, uncertain by
+  // 0.41 sqrt(n) s (the window's requests read as Poisson counts). Ten
+  // requests gain 4.1 s, past the 3 s band, but less one standard error
+  // (gain_confidence_sigmas, 1) only 2.8 s: the gear waits. Forty gain
+  // 16.4 s, 13.8 s less one error: it comes. With 0 sigmas ten suffice.
+  auto window = [](double n) { return MakeWindow({{1024, 500, 0}}, {{100, n}, {1024, 500.0}}); };
+  const double unit = 2e-5 * 924 * Horizon();
+  const UpdateDecision thin = Decide(window(10));
+  EXPECT_FALSE(thin.changed);
+  ASSERT_EQ(thin.record.declined.size(), 1u);
+  const ChangeRecord& no = thin.record.declined[0];
+  EXPECT_EQ(no.gear, 100);
+  EXPECT_NEAR(no.gain_seconds, 10 * unit, 1e-6);
+  EXPECT_THAT(no.reason, HasSubstr("too little evidence: the gain"));
+  EXPECT_THAT(no.reason, HasSubstr("less replan.gain_confidence_sigmas of that must reach 3 s"));
+  EXPECT_THAT(Decide(window(40)).next_gears[0], ElementsAre(100, 1024));
+  ReplanOptions as_read;
+  as_read.gain_confidence_sigmas = 0;
+  EXPECT_THAT(Decide(window(10), {}, as_read).next_gears[0], ElementsAre(100, 1024));
+  // Two sigmas need more: 40 requests pass (16.4 - 2 x 2.6 = 11.2 s), 12
+  // do not (4.9 - 2 x 1.4 = 2.1 s).
+  ReplanOptions two;
+  two.gain_confidence_sigmas = 2;
+  EXPECT_THAT(Decide(window(40), {}, two).next_gears[0], ElementsAre(100, 1024));
+  EXPECT_FALSE(Decide(window(12), {}, two).changed);
+}
+
 TEST(ReplanDecision, AGearRemovedWithinTheCooldownNeedsTwiceTheGain) {
   // 500 requests of 1000 gain 5.3 s: enough for a new gear (3 s), not for
   // one removed 600 s ago (6 s).

@@ -325,6 +325,10 @@ TEST(Replan, OptionsAreValidated) {
   o = {};
   o.cost.runtime_exponent = 9;
   EXPECT_THAT(ValidateReplanOptions(o).message(), HasSubstr("runtime_exponent"));
+  o = {};
+  o.gain_confidence_sigmas = -1;
+  EXPECT_THAT(ValidateReplanOptions(o).message(),
+              HasSubstr("replan.gain_confidence_sigmas: -1 is not allowed; a finite number >= 0"));
   RuntimeOptions ro;
   ro.policy = UpdatePolicy::kReplan;
   ro.replan.payback_seconds = -1;

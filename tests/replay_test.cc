@@ -251,6 +251,42 @@ TEST(Replay, ChurnCountsGearsEvictedWithinAnHourOfTheirAddition) {
   EXPECT_THAT(Replay(c, SeqTrace(rows), o).status().message(), HasSubstr("churn_window_seconds"));
 }
 
+TEST(Replay, FlappingCountsGearChangesIn25UpdatesAfterTheWarmUp) {
+  // The oscillation above: the adaptive policy changes the gears at 600,
+  // 900, 1200, 1500 and 1800 s; the first is in the warm-up (the first
+  // kFlapWarmupSeconds, 900 s), so 4 changes count. Kept up for 9000 s it
+  // changes the gears at every update, 28 of them after the warm-up, and
+  // the figure is the most within any 25 consecutive ones.
+  auto oscillating = [](int seconds) {
+    std::vector<std::pair<double, int64_t>> rows;
+    for (int t = 0; t < seconds; ++t) {
+      const int phase = t / 300;
+      rows.push_back(
+          {static_cast<double>(t), phase == 0 ? (t % 2 ? 64 : 2) : (phase % 2 ? 64 : 2)});
+    }
+    return SeqTrace(rows);
+  };
+  RuntimeConfig c = SeqConfig({2, 64});
+  c.adaptive.recent_use_protect_seconds = 0;
+  ReplayOptions o;
+  o.policy = UpdatePolicy::kAdaptive;
+  int changed_after_warmup = 0;
+  o.on_update = [&](const UpdateRecord& r) {
+    changed_after_warmup += r.changed && r.time >= kFlapWarmupSeconds;
+  };
+  auto r = Replay(c, oscillating(2000), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(changed_after_warmup, 4);
+  EXPECT_EQ(r->max_gear_set_changes_in_25_updates, 4u);
+  changed_after_warmup = 0;
+  r = Replay(c, oscillating(9000), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(changed_after_warmup, 25);
+  EXPECT_EQ(r->max_gear_set_changes_in_25_updates, kFlapUpdates);
+  const auto j = nlohmann::json::parse(ReplayResultJson(*r));
+  EXPECT_EQ(j["max_gear_set_changes_in_25_updates"], kFlapUpdates);
+}
+
 TEST(Replay, CompilesPerHourAfterTheFirstHourLeavesTheColdStartOut) {
   // Static gears [2, 8, 64]: two compile in the first second, one at 5000 s,
   // over a 3-hour trace: 1 compile in the 2 hours after the first.

@@ -198,22 +198,63 @@ TEST(TraceSynth, BurstsFloodOneBand) {
   EXPECT_GT(long_ones, 3u * 180 * 20 * 8 / 10);
 }
 
+// The largest SEQLEN gear of a bundled config.
+int64_t LargestSeqlen(const std::string& path) {
+  auto config = LoadConfigFile(path);
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return 0;
+  for (const DimensionSpec& d : config->dims) {
+    if (d.name == "SEQLEN") return d.gears.back();
+  }
+  ADD_FAILURE() << path << " has no SEQLEN";
+  return 0;
+}
+
 TEST(TraceSynth, EveryScenarioDrawsSizesThatFitTheConfigs) {
+  // The suite replays the long-context scenarios (long-*) with
+  // data/configs/long-context, the others with data/configs.
+  const std::string dir = GEARBOX_DATA_DIR "/configs";
+  for (const char* view : {"/prefill_times.json", "/decode_times.json"}) {
+    EXPECT_EQ(LargestSeqlen(dir + view), kSynthMaxTokens) << view;
+    EXPECT_EQ(LargestSeqlen(dir + "/long-context" + view), kSynthLongMaxTokens) << view;
+  }
   SynthOptions options;
   options.hours = 0.02;
   for (const SynthScenario& s : SynthScenarios()) {
+    EXPECT_EQ(s.max_tokens, s.name.starts_with("long-") ? kSynthLongMaxTokens : kSynthMaxTokens)
+        << s.name;
     auto r = SynthRequests(s, Pools(), options);
     ASSERT_TRUE(r.ok()) << s.name << ": " << r.status();
     EXPECT_FALSE(r->empty()) << s.name;
     for (const RequestRecord& x : *r) {
       ASSERT_GE(x.prompt_tokens, 1) << s.name;
-      ASSERT_LE(x.prompt_tokens + x.output_tokens, kSynthMaxTokens) << s.name;
+      ASSERT_LE(x.prompt_tokens + x.output_tokens, s.max_tokens) << s.name;
       ASSERT_LT(x.arrival, options.hours * 3600) << s.name;
     }
     EXPECT_TRUE(std::is_sorted(r->begin(), r->end(), [](auto& a, auto& b) {
       return a.arrival < b.arrival;
     })) << s.name;
   }
+}
+
+TEST(TraceSynth, LongContextStretchesTheSourcesPrompts) {
+  // long-chat: ShareGPT's prompts x8, clamped to 131072 with the output.
+  const std::vector<int64_t> source = Prompts(Pools().of(LengthSource::kShareGpt));
+  const std::vector<int64_t> prompts = Prompts(Draw("long-chat"));
+  ASSERT_GT(prompts.size(), 1000u);
+  for (double q : {0.1, 0.5, 0.9}) {
+    EXPECT_NEAR(Quantile(prompts, q) / (8.0 * Quantile(source, q)), 1.0, 0.1) << "quantile " << q;
+  }
+  EXPECT_GT(Quantile(prompts, 1.0), kSynthMaxTokens);  // past the short scenarios' clamp
+  // long-mix spans 2 to over 100k tokens: Azure's chat beside ShareGPT x16.
+  int64_t shortest = kSynthLongMaxTokens, longest = 0;
+  for (const RequestRecord& x : Draw("long-mix")) {
+    shortest = std::min(shortest, x.prompt_tokens);
+    longest = std::max(longest, x.prompt_tokens + x.output_tokens);
+  }
+  EXPECT_LT(shortest, 16);
+  EXPECT_GT(longest, 100000);
+  EXPECT_LE(longest, kSynthLongMaxTokens);
 }
 
 TEST(TraceSynth, DecodeViewIsTwoDimensional) {

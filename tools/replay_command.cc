@@ -250,6 +250,8 @@ void PrintTable(const ReplayFlags& f, const RuntimeConfig& config, const Trace& 
   });
   row("updates (changed the gears)",
       [&](size_t i) { return fmt::format("{} ({})", rs[i].updates, rs[i].updates_changed); });
+  row("most gear changes in 25 updates",
+      [&](size_t i) { return fmt::format("{}", rs[i].max_gear_set_changes_in_25_updates); });
   row("looks at the combinations (changed)", [&](size_t i) {
     return fmt::format("{} ({})", rs[i].combination_looks, rs[i].combination_looks_changed);
   });

@@ -36,6 +36,15 @@ struct ReplanOptions {
   // horizon: its memory, its slot). Between the two, nothing moves.
   double min_gain_ratio = 1.5;
   double gear_holding_seconds = 1.0;
+  // Evidence: a gain read off the window is uncertain (its requests read as
+  // Poisson counts: a gain from n requests by about gain / sqrt(n)). An
+  // addition or replacement, and a whole-target adoption, counts its gain
+  // less this many standard errors against the hysteresis band, so a gear
+  // placed on a handful of requests (a sparse tail, the first seconds of
+  // traffic) waits for the evidence. 0: the gain as read. One: the policy
+  // suite's leave-one-out choice over 0..2 on the draws of seeds 1-3
+  // together (docs/POLICY.md); more holds more gears back, for padding.
+  double gain_confidence_sigmas = 1.0;
   // A gear the policy added (that still carries traffic, or that came back
   // after an eviction: GearStats::readded) is not removed within this many
   // seconds, unless memory is high: noise cannot flap it.
@@ -62,11 +71,11 @@ struct ReplanOptions {
   // drift_lead_seconds instead of for the window as it was: gears go where
   // the traffic is moving. A burst or a step moves a few bins, not the sign
   // of most pairs, so it is not followed this way. 0 seconds: never.
-  // Thirty minutes: the policy suite's leave-one-out choice over 0..3600 s
+  // Ten minutes: the policy suite's leave-one-out choice over 0..3600 s
   // on the draws of seeds 1-3 together (docs/POLICY.md, "The policy
   // suite"): a gear placed further along the path serves longer, so
   // following a drift compiles less, at more padding while it drifts.
-  double drift_lead_seconds = 1800.0;
+  double drift_lead_seconds = 600.0;
   double drift_agreement = 0.9;
   int drift_min_bins = 15;
   // Decayed requests the window needs before the policy plans from it.

@@ -42,6 +42,13 @@ namespace gearbox {
 // replan.warmup_check_seconds) or --max-updates, or check the trace's t
 // column is in seconds.
 inline constexpr size_t kMaxReplayUpdates = 1'000'000;
+// Flapping (issue 13's target on stationary traffic: at most 2 gear-set
+// changes in 25 updates after warm-up): the replay counts the updates that
+// changed any dimension's gears among those at or after the trace's first
+// kFlapWarmupSeconds, and reports the most within any kFlapUpdates
+// consecutive ones (all of them, when fewer).
+inline constexpr double kFlapWarmupSeconds = 900.0;
+inline constexpr size_t kFlapUpdates = 25;
 // The most padding-waste timeline buckets (trace span / bucket width).
 inline constexpr size_t kMaxTimelineBuckets = 1'000'000;
 
@@ -114,6 +121,9 @@ struct ReplayResult {
   // gear went through within any such window.
   uint64_t short_lived_gears = 0;
   uint64_t max_gear_cycles_per_hour = 0;
+  // Flapping: the most updates that changed the gears within any
+  // kFlapUpdates (25) consecutive updates after the first kFlapWarmupSeconds.
+  uint64_t max_gear_set_changes_in_25_updates = 0;
   uint64_t updates = 0;
   uint64_t updates_changed = 0;
   // Joint and sparse sets: the looks at the combinations between updates

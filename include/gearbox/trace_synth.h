@@ -62,7 +62,17 @@ struct Tenant {
   // one day = the whole trace (amplitude in [0, 1)).
   double diurnal_amplitude = 0.0;
   double diurnal_phase = 0.0;
+  // Prompt lengths times this (a long-context service: the source's
+  // distribution, stretched), before the scenario's max_tokens clamp.
+  double length_scale = 1.0;
 };
+
+// Prompt plus output tokens are clamped to the scenario's max_tokens: by
+// default this (the bundled configs' largest SEQLEN), so a drifted length
+// still fits a decode step; the long-context scenarios' is
+// kSynthLongMaxTokens (data/configs/long-context's largest SEQLEN).
+inline constexpr int64_t kSynthMaxTokens = 16384;
+inline constexpr int64_t kSynthLongMaxTokens = 131072;
 
 struct SynthScenario {
   std::string name;
@@ -78,6 +88,8 @@ struct SynthScenario {
   // drawn uniformly (windows may overlap).
   int bursts = 0;
   double burst_seconds = 180.0;
+  // Prompt plus output tokens of a request are at most this.
+  int64_t max_tokens = kSynthMaxTokens;
 };
 
 // Every scenario, in a fixed order (rates at their defaults).
@@ -88,9 +100,6 @@ absl::StatusOr<SynthScenario> FindSynthScenario(const std::string& name);
 // prefill row is a request, a decode row a step.
 inline constexpr int64_t kDefaultSynthMaxRows = 20'000'000;
 inline constexpr int64_t kMaxSynthMaxRows = 200'000'000;
-// Prompt plus output tokens are clamped to this (the bundled configs'
-// largest SEQLEN), so a drifted length still fits a decode step.
-inline constexpr int64_t kSynthMaxTokens = 16384;
 
 struct SynthOptions {
   uint64_t seed = 1;

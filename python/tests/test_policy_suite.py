@@ -15,10 +15,10 @@ policy_suite = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(policy_suite)
 
 
-def run(waste, optimum, compiles_per_hour=10.0, graphs=10.0, cycles=1):
+def run(waste, optimum, compiles_per_hour=10.0, graphs=10.0, cycles=1, changes=0):
     return {"policy": "replan", "padding_waste": waste, "avg_graphs": graphs,
             "compiles_per_hour": compiles_per_hour, "trace_seconds": 3600.0,
-            "max_gear_cycles_per_hour": cycles,
+            "max_gear_cycles_per_hour": cycles, "max_gear_set_changes_in_25_updates": changes,
             "offline_optimum": {"SEQLEN": {"same_graph_count": {"waste": optimum, "gears": 10}}}}
 
 
@@ -103,6 +103,33 @@ def test_the_sparse_schemes_uncompiled_steps_count_as_a_broken_view(tmp_path):
     assert policy_suite.leave_one_out(str(tmp_path), "k", ["a", "b"])["chosen_on_all"] == "b"
 
 
+def test_flapping_breaks_a_view_of_a_stationary_scenario_only(tmp_path):
+    # "b" has the better ratio everywhere but changes the gears 3 times in 25
+    # updates after warm-up (the target: at most 2) on every trace: a break on
+    # the stationary scenarios (poisson-azure, its draw of seed 2, bimodal's
+    # decode view), not on drift-up, whose traffic moves.
+    for t in ("poisson-azure", "poisson-azure-s2", "drift-up", "bimodal"):
+        write(tmp_path, f"{t}.prefill.grid-k-a.json", run(0.12, 0.1, changes=2))
+        write(tmp_path, f"{t}.prefill.grid-k-b.json",
+              run(0.11, 0.1, changes=3 if t != "bimodal" else 0))
+    write(tmp_path, "bimodal.decode.grid-k-a.json", run(0.2, 0.1))
+    write(tmp_path, "bimodal.decode.grid-k-b.json", run(0.2, 0.1, changes=3))
+    result = policy_suite.leave_one_out(str(tmp_path), "k", ["a", "b"])
+    assert result["views_breaking_by_value"] == {"a": 0, "b": 3}
+    assert result["chosen_on_all"] == "a"
+    held = {p["trace"]: p for p in result["held_out"]}
+    assert held["drift-up"]["flapping"] == 0  # not a stationary scenario: no target
+    assert held["poisson-azure-s2"]["flapping"] == 2
+    assert policy_suite.stationary("long-mix-s3") and not policy_suite.stationary("diurnal")
+
+
+def test_every_stationary_scenario_is_a_scenario_the_synthesizer_lists(cli):
+    listed = {line.split()[0] for line in subprocess.run(
+        [str(cli), "trace", "synth", "--list"], capture_output=True, text=True,
+        check=True).stdout.splitlines() if line.strip()}
+    assert policy_suite.STATIONARY <= listed
+
+
 SUITE = os.path.join(HERE, "..", "..", "scripts", "policy-suite.sh")
 
 
@@ -119,4 +146,10 @@ def test_configs_names_the_missing_config_before_building(tmp_path):
     r = subprocess.run(["bash", SUITE, "--configs", str(tmp_path / "mine")],
                        capture_output=True, text=True)
     assert r.returncode == 2
+    assert "no readable decode_times.json" in r.stderr
+    # The long-context scenarios' configs likewise.
+    r = subprocess.run(["bash", SUITE, "--long-configs", "mine"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert f'--long-configs "{tmp_path}/mine"' in r.stderr
     assert "no readable decode_times.json" in r.stderr

@@ -260,6 +260,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"payback_seconds", &o->payback_seconds},
       {"min_gain_ratio", &o->min_gain_ratio},
       {"gear_holding_seconds", &o->gear_holding_seconds},
+      {"gain_confidence_sigmas", &o->gain_confidence_sigmas},
       {"min_gear_lifetime_seconds", &o->min_gear_lifetime_seconds},
       {"drift_lead_seconds", &o->drift_lead_seconds},
       {"drift_agreement", &o->drift_agreement},

@@ -158,11 +158,18 @@ class DimensionReplanner {
     // seconds unless the window brought them no traffic at all (removing an
     // unused gear is not churn), but a gear that came back after its
     // eviction is protected idle too: its traffic recurs (a burst), and
-    // evicting it again would cycle it. The initial gears are not protected.
+    // evicting it again would cycle it. Where an idle gear holds no part of
+    // the graph budget (one dimension: its graph is all it holds), a gear
+    // hit within idle_graph_release_seconds is protected idle as well: a
+    // sparse size range brings a gear no request in many windows, and the
+    // idle release frees its graph anyway. The initial gears are not
+    // protected.
     for (const GearStats& g : ds.gears) {
-      if (g.initial || !(g.carries_traffic() || g.readded)) continue;
+      const bool hit_lately = !limit.idle_gear_holds_budget && o.idle_graph_release_seconds > 0 &&
+                              now - g.last_hit_ts < o.idle_graph_release_seconds;
+      if (g.initial || !(g.carries_traffic() || g.readded || hit_lately)) continue;
       created_[g.gear] = g.created_ts;
-      if (!g.carries_traffic()) recurring_.insert(g.gear);
+      if (!g.carries_traffic()) (g.readded ? recurring_ : hit_lately_).insert(g.gear);
     }
   }
 
@@ -264,11 +271,14 @@ class DimensionReplanner {
     const bool within_bytes = !bytes_.budgeted() || bytes_unknown || adds == 0 ||
                               projected_ + delta_bytes <= bytes_.budget();
     const double gain = CostOf(set_) - CostOf(whole);
+    const double uncertainty = adds > 0 ? Uncertainty(whole) : 0.0;
     const bool fits =
         static_cast<int>(whole.size()) <= std::max<int>(AdditionCap(), set_.size()) &&
         (!High() || static_cast<int>(whole.size()) <= static_cast<int>(set_.size())) &&
         adds <= o_.max_changes_per_update && within_bytes && !out_of_memory;
-    if (!(adds > 0 && fits && gain >= o_.min_gain_ratio * (adds * cost_.compile + readd_extra)))
+    if (!(adds > 0 && fits &&
+          gain - o_.gain_confidence_sigmas * uncertainty >=
+              o_.min_gain_ratio * (adds * cost_.compile + readd_extra)))
       return;
     for (int64_t c : set_) {
       if (!std::binary_search(whole.begin(), whole.end(), c)) MarkEvicted(c);
@@ -284,6 +294,21 @@ class DimensionReplanner {
         created_[t] = now_;
     }
     changes_ = adds;
+  }
+
+  // The standard error of the padding gain of moving from the current set
+  // to `next` over the horizon (Distribution::DifferenceVariance).
+  double Uncertainty(const std::vector<int64_t>& next) const {
+    return cost_.model.beta * horizon_ *
+           std::sqrt(dist_.DifferenceVariance(set_, next, spec_.splittable));
+  }
+
+  // The set after adding `add` and removing `remove` (0: none).
+  std::vector<int64_t> After(int64_t add, int64_t remove) const {
+    std::vector<int64_t> next = set_;
+    if (remove) next.erase(std::find(next.begin(), next.end(), remove));
+    if (add) next.insert(std::lower_bound(next.begin(), next.end(), add), add);
+    return next;
   }
 
   // Add / replace: gain >= ratio x compile (twice that for a gear removed
@@ -303,12 +328,7 @@ class DimensionReplanner {
   // moves are evaluated whole against `base`, the cost of the current set.
   double GainOf(int64_t add, int64_t remove, double base) const {
     const GearCostModel& m = cost_.model;
-    if (spec_.splittable) {
-      std::vector<int64_t> next = set_;
-      if (remove) next.erase(std::find(next.begin(), next.end(), remove));
-      if (add) next.insert(std::lower_bound(next.begin(), next.end(), add), add);
-      return base - CostOf(next);
-    }
+    if (spec_.splittable) return base - CostOf(After(add, remove));
     const int64_t low = std::min(add ? add : remove, remove ? remove : add);
     const int64_t high = std::max(add, remove);
     // Neighbours that stay: the largest gear below `low`, the smallest above `high`.
@@ -360,6 +380,10 @@ class DimensionReplanner {
                        ? Cat("gear ", remove,
                              " came back after an eviction less than min_gear_lifetime_seconds "
                              "ago (idle now: its traffic recurs)")
+                   : hit_lately_.count(remove)
+                       ? Cat("gear ", remove,
+                             " was added less than min_gear_lifetime_seconds ago and hit within "
+                             "idle_graph_release_seconds (idle in the window)")
                        : Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
     }
     if (add && !remove && static_cast<int>(set_.size()) >= AdditionCap()) {
@@ -447,12 +471,26 @@ class DimensionReplanner {
   const Move* Pick(const std::vector<Move>& moves, bool any_removal) {
     const Move* best = nullptr;
     const Move* best_declined = nullptr;
+    std::string thin;  // why best_declined, if only its evidence is too thin
     for (const Move& mv : moves) {
       const double net = mv.gain - mv.compile;
-      const bool ok = mv.why_not.empty() && mv.gain >= mv.threshold;
+      bool ok = mv.why_not.empty() && mv.gain >= mv.threshold;
+      std::string why;
+      if (ok && mv.add && o_.gain_confidence_sigmas > 0 &&
+          (best == nullptr || net > best->gain - best->compile)) {
+        // Only a move that would be taken needs its evidence weighed.
+        const double se = Uncertainty(After(mv.add, mv.remove));
+        if (mv.gain - o_.gain_confidence_sigmas * se < mv.threshold) {
+          ok = false;
+          why = Cat("too little evidence: the gain ", mv.gain, " s is uncertain by ", se,
+                    " s, and less replan.gain_confidence_sigmas of that must reach ", mv.threshold,
+                    " s");
+        }
+      }
       if (ok && (best == nullptr || net > best->gain - best->compile)) best = &mv;
       if (!ok && (best_declined == nullptr || net > best_declined->gain - best_declined->compile)) {
         best_declined = &mv;
+        thin = why;
       }
     }
     if (best == nullptr && (High() || OverCap()) && any_removal) {
@@ -469,8 +507,9 @@ class DimensionReplanner {
       out_->record.declined.push_back(
           {spec_.name, mv.action, mv.add ? mv.add : mv.remove, mv.add && mv.remove ? mv.remove : 0,
            mv.gain, mv.compile, mv.gain - mv.compile,
-           !mv.why_not.empty()
-               ? mv.why_not
+           !mv.why_not.empty() ? mv.why_not
+           : !thin.empty()
+               ? thin
                : Cat("outside the hysteresis band (gain must reach ", mv.threshold, " s)")});
     }
     return best;
@@ -549,7 +588,8 @@ class DimensionReplanner {
   std::vector<int64_t> set_;
   std::map<int64_t, double> removed_at_;
   std::map<int64_t, double> created_;
-  std::set<int64_t> recurring_;  // idle young gears protected because they came back
+  std::set<int64_t> recurring_;   // idle young gears protected because they came back
+  std::set<int64_t> hit_lately_;  // idle young gears protected as hit within the idle release
   int changes_ = 0;
   int64_t budget_ = 0;  // net additions allowed while memory is high (none beyond removals)
 };

@@ -41,6 +41,28 @@ double Distribution::Padding(const std::vector<int64_t>& gears, bool splittable)
   return padding;
 }
 
+double Distribution::SizePadding(int64_t size, const std::vector<int64_t>& gears,
+                                 bool splittable) const {
+  auto it = std::lower_bound(gears.begin(), gears.end(), size);
+  if (it != gears.end()) return m_.Run(*it) - m_.Run(size);
+  if (!splittable || gears.empty()) return 0.0;  // eager, or nothing to run on
+  const int64_t top = gears.back();
+  const int64_t rest = size % top;
+  double cost = static_cast<double>(size / top - (rest == 0 ? 1 : 0)) * m_.seconds_per_run;
+  if (rest > 0) cost += m_.Run(*std::lower_bound(gears.begin(), gears.end(), rest)) - m_.Run(rest);
+  return cost;
+}
+
+double Distribution::DifferenceVariance(const std::vector<int64_t>& a,
+                                        const std::vector<int64_t>& b, bool splittable) const {
+  double variance = 0;
+  for (size_t i = 0; i < value_.size(); ++i) {
+    const double d = SizePadding(value_[i], a, splittable) - SizePadding(value_[i], b, splittable);
+    variance += (weight_[i + 1] - weight_[i]) * d * d;
+  }
+  return variance;
+}
+
 double Distribution::Segment(int64_t lo, int64_t hi, int64_t gear) const {
   const size_t a = Index(lo), b = Index(hi);
   if (b <= a) return 0.0;
@@ -79,19 +101,27 @@ const DimensionStats* StatsOf(const GearSet& gears, const WindowStats& stats, in
 std::vector<DimensionCost> CostPerDimension(const GearSet& gears, const WindowStats& stats,
                                             const ReplanOptions& o) {
   const int num_dims = gears.num_dimensions();
-  // Per dimension: its gears in use, and the window's mean of gear^exponent.
+  // Per dimension: its gears in use, and the window's mean of size^exponent
+  // (each size at most the largest gear: a split request's full chunks run
+  // on it). The sizes, not the gears they run on now: those are replanned
+  // too, and a transient (a decode batch growing past the first plan's gears
+  // onto the ladder's largest) must not price the other dimensions' padding
+  // for the split of the graph budget that the gears' lifetime then holds.
   std::vector<double> gears_in_use(num_dims, 1.0);
-  std::vector<double> mean_gear_power(num_dims, 1.0);
+  std::vector<double> mean_size_power(num_dims, 1.0);
   for (int d = 0; d < num_dims; ++d) {
     if (const DimensionStats* ds = StatsOf(gears, stats, d)) {
-      double used = 0, weight = 0, power = 0;
-      for (const GearStats& g : ds->gears) {
-        used += g.carries_traffic() ? 1 : 0;
-        weight += g.weighted_hits;
-        power += g.weighted_hits * std::pow(static_cast<double>(g.gear), o.cost.runtime_exponent);
-      }
+      double used = 0;
+      for (const GearStats& g : ds->gears) used += g.carries_traffic() ? 1 : 0;
       gears_in_use[d] = std::max(used, 1.0);
-      if (weight > 0) mean_gear_power[d] = power / weight;
+      const double top = static_cast<double>(gears.gears(d).back());
+      double weight = 0, power = 0;
+      for (const WeightedSize& w : ds->sizes) {
+        weight += w.weight;
+        power += w.weight *
+                 std::pow(std::min(static_cast<double>(w.size), top), o.cost.runtime_exponent);
+      }
+      if (weight > 0) mean_size_power[d] = power / weight;
     }
   }
   std::vector<DimensionCost> out(num_dims);
@@ -101,7 +131,7 @@ std::vector<DimensionCost> CostPerDimension(const GearSet& gears, const WindowSt
     for (int e = 0; e < num_dims; ++e) {
       if (e == d) continue;
       c.combinations *= gears_in_use[e];
-      c.model.seconds_per_unit *= mean_gear_power[e];
+      c.model.seconds_per_unit *= mean_size_power[e];
     }
     const GearCostModel& m = c.model;
     c.compile = m.alpha * m.compile_seconds * c.combinations;

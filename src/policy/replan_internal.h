@@ -31,6 +31,12 @@ class Distribution {
   // pays its remainder's padding and one seconds_per_run per extra chunk, a
   // non-splittable one runs eagerly (none).
   double Padding(const std::vector<int64_t>& gears, bool splittable) const;
+  // The variance of the window's padding difference between the gear sets
+  // `a` and `b` (ascending): sum over sizes of weight * (padding on a -
+  // padding on b)^2. The window's weights read as Poisson counts, so a
+  // gain read off n requests is uncertain by about gain / sqrt(n).
+  double DifferenceVariance(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                            bool splittable) const;
   // Padding seconds of the sizes in (lo, hi] all running on `gear`.
   double Segment(int64_t lo, int64_t hi, int64_t gear) const;
   // The sizes up to `up_to` with their weights.
@@ -39,6 +45,9 @@ class Distribution {
   size_t Index(int64_t x) const;
 
  private:
+  // Padding seconds of one request of `size` on `gears` (as Padding).
+  double SizePadding(int64_t size, const std::vector<int64_t>& gears, bool splittable) const;
+
   const GearCostModel& m_;
   std::vector<int64_t> value_;
   std::vector<double> weight_;  // prefix sums
@@ -105,6 +114,11 @@ struct GearLimit {
   // dimension within this share may replace any gear its target lacks by a
   // target gear; one above it only shrinks toward it.
   int planned_share = 64;
+  // Whether a gear holds part of the graph budget while it carries no
+  // traffic: with several dimensions (independent or sparse) every gear is a
+  // row of the product, with one its graph is all it holds, and the idle
+  // release frees that.
+  bool idle_gear_holds_budget = true;
 };
 
 void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,

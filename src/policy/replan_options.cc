@@ -23,6 +23,7 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
     return internal::InvalidFieldValue("replan.tail_ratio", o.tail_ratio, "a ratio > 1");
   const std::pair<const char*, double> nonnegative[] = {
       {"replan.gear_holding_seconds", o.gear_holding_seconds},
+      {"replan.gain_confidence_sigmas", o.gain_confidence_sigmas},
       {"replan.min_gear_lifetime_seconds", o.min_gear_lifetime_seconds},
       {"replan.readd_cooldown_seconds", o.readd_cooldown_seconds},
       {"replan.min_window_weight", o.min_window_weight},

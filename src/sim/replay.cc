@@ -113,6 +113,34 @@ class ChurnTracker {
   uint64_t short_lived_ = 0;
 };
 
+// Whether each update after the warm-up changed the gear set (a look at the
+// combinations is not an update, and moves no gear), for the flapping
+// figure: the most changes within any kFlapUpdates consecutive updates.
+class FlapTracker {
+ public:
+  explicit FlapTracker(double warmup_end) : warmup_end_(warmup_end) {}
+  void Update(const UpdateRecord& r) {
+    if (r.trigger == UpdateTrigger::kCombinations || r.time < warmup_end_) return;
+    bool changed = false;
+    for (size_t d = 0; d < r.added.size(); ++d) changed = changed || !r.added[d].empty();
+    for (size_t d = 0; d < r.removed.size(); ++d) changed = changed || !r.removed[d].empty();
+    changed_.push_back(changed);
+  }
+  uint64_t MaxChanges() const {
+    uint64_t in_window = 0, most = 0;
+    for (size_t i = 0; i < changed_.size(); ++i) {
+      in_window += changed_[i];
+      if (i >= kFlapUpdates) in_window -= changed_[i - kFlapUpdates];
+      most = std::max(most, in_window);
+    }
+    return most;
+  }
+
+ private:
+  double warmup_end_;
+  std::vector<bool> changed_;
+};
+
 }  // namespace
 
 absl::Status CheckReplayRun(const RuntimeConfig& config, const Trace& trace,
@@ -168,6 +196,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   TimeAverage graph_count(t0);
   std::vector<int64_t> current_counts(n);
   ChurnTracker churn(n, options.churn_window_seconds);
+  FlapTracker flaps(t0 + kFlapWarmupSeconds);
 
   RuntimeOptions ro = internal::ReplayRuntimeOptions(config, options, &clock, &pool);
   result.scheme = ro.combination_spec.scheme;
@@ -179,6 +208,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   ro.on_update = [&](const UpdateRecord& r) {
     internal::CountUpdate(r, &result);
     churn.Update(r);
+    flaps.Update(r);
     for (int d = 0; d < n; ++d) {
       gear_counts[d].Advance(r.time, static_cast<double>(current_counts[d]));
       current_counts[d] = static_cast<int64_t>(r.gears_after[d].size());
@@ -306,6 +336,7 @@ absl::StatusOr<ReplayResult> Replay(const RuntimeConfig& config, const Trace& tr
   }
   result.short_lived_gears = churn.short_lived();
   result.max_gear_cycles_per_hour = churn.MaxCyclesPerWindow();
+  result.max_gear_set_changes_in_25_updates = flaps.MaxChanges();
   result.avg_graphs = graph_count.Mean(static_cast<double>(graphs.alive.size()));
   result.padding_waste =
       result.raw_volume > 0 ? result.padded_volume / result.raw_volume - 1.0 : 0.0;
@@ -334,6 +365,7 @@ std::string ReplayResultJson(const ReplayResult& r, int indent) {
   j["compiles_per_hour_after_first_hour"] = r.compiles_per_hour_after_first_hour;
   j["short_lived_gears"] = r.short_lived_gears;
   j["max_gear_cycles_per_hour"] = r.max_gear_cycles_per_hour;
+  j["max_gear_set_changes_in_25_updates"] = r.max_gear_set_changes_in_25_updates;
   j["updates"] = r.updates;
   j["updates_changed"] = r.updates_changed;
   j["combination_looks"] = r.combination_looks;

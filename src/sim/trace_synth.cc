@@ -62,6 +62,16 @@ SynthScenario WithDrift(SynthScenario s, double from, double to) {
   return s;
 }
 
+Tenant Stretched(Tenant t, double scale) {
+  t.length_scale = scale;
+  return t;
+}
+
+SynthScenario LongContext(SynthScenario s) {
+  s.max_tokens = kSynthLongMaxTokens;
+  return s;
+}
+
 SynthScenario WithBursts(SynthScenario s, int count, double seconds) {
   s.bursts = count;
   s.burst_seconds = seconds;
@@ -138,6 +148,19 @@ std::vector<SynthScenario> BuildScenarios() {
            {Band(chat, 0.45, 0.55)}),
       Make("bimodal", "ShareGPT's shortest 30% and arXiv's longest 30%, 5 req/s together", 1,
            {Band(Source(kShareGpt, 2.5), 0, 0.3), Band(Source(kArxiv, 2.5), 0.7, 1)}),
+      // Long contexts (SEQLEN up to 131072: replay with data/configs/long-context).
+      LongContext(Make("long-chat",
+                       "long context: ShareGPT with prompts x8 (median 14k, up to 65k tokens), "
+                       "1 req/s, 1 h",
+                       1, {Stretched(Source(kShareGpt, 1), 8)})),
+      LongContext(Make("long-docs",
+                       "long context: arXiv with prompts x16 (median 44k, up to 65k tokens), "
+                       "0.5 req/s, 1 h",
+                       1, {Stretched(Source(kArxiv, 0.5), 16)})),
+      LongContext(Make("long-mix",
+                       "long context: Azure conversation at 3 req/s beside ShareGPT with prompts "
+                       "x16 at 0.5 req/s (2 to 130k tokens), 1 h",
+                       1, {Source(kAzureConv, 3), Stretched(Source(kShareGpt, 0.5), 16)})),
   };
 }
 
@@ -243,7 +266,8 @@ absl::StatusOr<std::vector<RequestRecord>> ReadPool(const std::string& path, boo
 }
 
 RequestRecord DrawLengths(const Tenant& tenant, const std::vector<RequestRecord>& pool,
-                          double scale, SynthRandom& random) {
+                          double drift, int64_t max_tokens, SynthRandom& random) {
+  const double scale = drift * tenant.length_scale;
   const double n = static_cast<double>(pool.size());
   const size_t lo = std::min(pool.size() - 1, static_cast<size_t>(std::floor(tenant.band_lo * n)));
   const size_t hi =
@@ -253,8 +277,8 @@ RequestRecord DrawLengths(const Tenant& tenant, const std::vector<RequestRecord>
     r.prompt_tokens =
         std::max<int64_t>(1, std::llround(static_cast<double>(r.prompt_tokens) * scale));
   }
-  r.output_tokens = std::min(r.output_tokens, kSynthMaxTokens - 1);
-  r.prompt_tokens = std::min(r.prompt_tokens, kSynthMaxTokens - r.output_tokens);
+  r.output_tokens = std::min(r.output_tokens, max_tokens - 1);
+  r.prompt_tokens = std::min(r.prompt_tokens, max_tokens - r.output_tokens);
   return r;
 }
 
@@ -390,8 +414,8 @@ absl::StatusOr<std::vector<RequestRecord>> SynthRequests(const SynthScenario& sc
       return TooManyRows(static_cast<double>(out.size()) + 1, options.max_rows,
                          "this draw reached");
     }
-    RequestRecord r =
-        DrawLengths(*chosen, pools.of(chosen->source), DriftScale(scenario, t, span), random);
+    RequestRecord r = DrawLengths(*chosen, pools.of(chosen->source), DriftScale(scenario, t, span),
+                                  scenario.max_tokens, random);
     r.arrival = t;
     out.push_back(r);
   }
