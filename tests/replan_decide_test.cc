@@ -303,6 +303,23 @@ TEST(ReplanDecision, AGearThatCameBackStaysForItsLifetimeWhileIdle) {
   EXPECT_THAT(Decide(first_life).removed[0], ElementsAre(100));
 }
 
+// Adds a second dimension to a MakeWindow window: BATCHSIZE (splittable),
+// one initial gear `gear` that 500 requests of that batch hit (gear 1: the
+// first dimension's costs are what they are alone).
+void AddBatchDimension(Window* w, int64_t gear = 8) {
+  std::vector<int64_t> seqlen(w->gears.gears(0).begin(), w->gears.gears(0).end());
+  w->gears = *GearSet::Create({{"SEQLEN", seqlen, false, false}, {"BATCHSIZE", {gear}, true}});
+  DimensionStats& batch = w->stats.dimensions.emplace_back();
+  batch.name = "BATCHSIZE";
+  std::vector<RawEvent> events;
+  for (int i = 0; i < 500; ++i) events.push_back({gear, kNow - 290.0 + 290.0 * i / 499, 1});
+  batch.gears.push_back(MakeGearStats(gear, events, kNow, 150.0, 0));
+  batch.gears.back().initial = true;
+  FinalizeDimensionStats(&batch);
+  batch.sizes = {{gear, 500.0}};
+  batch.observed_seconds = 300.0;
+}
+
 TEST(ReplanDecision, AGearHitWithinTheIdleReleaseStaysForItsLifetimeWhileIdle) {
   // One dimension: gear 100, added by the policy 1,500 s ago, brought no
   // request in this window but one 800 s ago, within the idle release
@@ -334,16 +351,7 @@ TEST(ReplanDecision, WithSeveralDimensionsAnIdleGearGoesWhateverItsLastHit) {
   const std::vector<WeightedSize> sizes = {{1024, 500.0}};
   Window w = MakeWindow({{100, 0, kNow - 1500, false}, {1024, 500, 0}}, sizes);
   w.stats.dimensions[0].gears[0].last_hit_ts = kNow - 800;
-  w.gears = *GearSet::Create({{"SEQLEN", {100, 1024}, false, false}, {"BATCHSIZE", {8}, true}});
-  DimensionStats& batch = w.stats.dimensions.emplace_back();
-  batch.name = "BATCHSIZE";
-  std::vector<RawEvent> events;
-  for (int i = 0; i < 500; ++i) events.push_back({8, kNow - 290.0 + 290.0 * i / 499, 1});
-  batch.gears.push_back(MakeGearStats(8, events, kNow, 150.0, 0));
-  batch.gears.back().initial = true;
-  FinalizeDimensionStats(&batch);
-  batch.sizes = {{8, 500.0}};
-  batch.observed_seconds = 300.0;
+  AddBatchDimension(&w);
   EXPECT_THAT(Decide(w).removed[0], ElementsAre(100));
 }
 
@@ -374,6 +382,11 @@ TEST(ReplanDecision, AGainReadOffAFewRequestsWaitsForTheEvidence) {
   two.gain_confidence_sigmas = 2;
   EXPECT_THAT(Decide(window(40), {}, two).next_gears[0], ElementsAre(100, 1024));
   EXPECT_FALSE(Decide(window(12), {}, two).changed);
+  // With several dimensions gains are taken as read: beside a BATCHSIZE
+  // dimension of batch 1 (the same costs) the ten requests' gear comes.
+  Window two_dims = window(10);
+  AddBatchDimension(&two_dims, 1);
+  EXPECT_THAT(Decide(two_dims).next_gears[0], ElementsAre(100, 1024));
 }
 
 TEST(ReplanDecision, AGearRemovedWithinTheCooldownNeedsTwiceTheGain) {

@@ -36,14 +36,16 @@ struct ReplanOptions {
   // horizon: its memory, its slot). Between the two, nothing moves.
   double min_gain_ratio = 1.5;
   double gear_holding_seconds = 1.0;
-  // Evidence: a gain read off the window is uncertain (its requests read as
-  // Poisson counts: a gain from n requests by about gain / sqrt(n)). An
-  // addition or replacement, and a whole-target adoption, counts its gain
-  // less this many standard errors against the hysteresis band, so a gear
-  // placed on a handful of requests (a sparse tail, the first seconds of
-  // traffic) waits for the evidence. 0: the gain as read. One: the policy
-  // suite's leave-one-out choice over 0..2 on the draws of seeds 1-3
-  // together (docs/POLICY.md); more holds more gears back, for padding.
+  // Evidence, on a gear set of one dimension (a prefill view): a gain read
+  // off the window is uncertain (its requests read as Poisson counts: a gain
+  // from n requests by about gain / sqrt(n)). An addition or replacement,
+  // and a whole-target adoption, counts its gain less this many standard
+  // errors against the hysteresis band, so a gear placed on a handful of
+  // requests (a sparse tail of long prompts, the first seconds of traffic)
+  // waits for the evidence. 0: the gain as read. One: the policy suite's
+  // leave-one-out choice over 0..2 on the draws of seeds 1-3 together
+  // (docs/POLICY.md); more holds more gears back, for padding. With several
+  // dimensions gains are taken as read (docs/POLICY.md, rule 5).
   double gain_confidence_sigmas = 1.0;
   // A gear the policy added (that still carries traffic, or that came back
   // after an eviction: GearStats::readded) is not removed within this many

@@ -165,7 +165,7 @@ class DimensionReplanner {
     // idle release frees its graph anyway. The initial gears are not
     // protected.
     for (const GearStats& g : ds.gears) {
-      const bool hit_lately = !limit.idle_gear_holds_budget && o.idle_graph_release_seconds > 0 &&
+      const bool hit_lately = !limit.several_dimensions && o.idle_graph_release_seconds > 0 &&
                               now - g.last_hit_ts < o.idle_graph_release_seconds;
       if (g.initial || !(g.carries_traffic() || g.readded || hit_lately)) continue;
       created_[g.gear] = g.created_ts;
@@ -271,13 +271,13 @@ class DimensionReplanner {
     const bool within_bytes = !bytes_.budgeted() || bytes_unknown || adds == 0 ||
                               projected_ + delta_bytes <= bytes_.budget();
     const double gain = CostOf(set_) - CostOf(whole);
-    const double uncertainty = adds > 0 ? Uncertainty(whole) : 0.0;
+    const double uncertainty = adds > 0 && Sigmas() > 0 ? Uncertainty(whole) : 0.0;
     const bool fits =
         static_cast<int>(whole.size()) <= std::max<int>(AdditionCap(), set_.size()) &&
         (!High() || static_cast<int>(whole.size()) <= static_cast<int>(set_.size())) &&
         adds <= o_.max_changes_per_update && within_bytes && !out_of_memory;
     if (!(adds > 0 && fits &&
-          gain - o_.gain_confidence_sigmas * uncertainty >=
+          gain - Sigmas() * uncertainty >=
               o_.min_gain_ratio * (adds * cost_.compile + readd_extra)))
       return;
     for (int64_t c : set_) {
@@ -295,6 +295,13 @@ class DimensionReplanner {
     }
     changes_ = adds;
   }
+
+  // How many standard errors of a gain its evidence must leave above the
+  // band: gain_confidence_sigmas on a one-dimensional set, 0 with several
+  // dimensions (docs/POLICY.md, rule 5: there it moved the bundled hour's
+  // decode view from 17 % to 46 % padding and lowered no break on the
+  // suite's decode views).
+  double Sigmas() const { return limit_.several_dimensions ? 0.0 : o_.gain_confidence_sigmas; }
 
   // The standard error of the padding gain of moving from the current set
   // to `next` over the horizon (Distribution::DifferenceVariance).
@@ -476,11 +483,10 @@ class DimensionReplanner {
       const double net = mv.gain - mv.compile;
       bool ok = mv.why_not.empty() && mv.gain >= mv.threshold;
       std::string why;
-      if (ok && mv.add && o_.gain_confidence_sigmas > 0 &&
-          (best == nullptr || net > best->gain - best->compile)) {
+      if (ok && mv.add && Sigmas() > 0 && (best == nullptr || net > best->gain - best->compile)) {
         // Only a move that would be taken needs its evidence weighed.
         const double se = Uncertainty(After(mv.add, mv.remove));
-        if (mv.gain - o_.gain_confidence_sigmas * se < mv.threshold) {
+        if (mv.gain - Sigmas() * se < mv.threshold) {
           ok = false;
           why = Cat("too little evidence: the gain ", mv.gain, " s is uncertain by ", se,
                     " s, and less replan.gain_confidence_sigmas of that must reach ", mv.threshold,

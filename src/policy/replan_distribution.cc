@@ -101,27 +101,19 @@ const DimensionStats* StatsOf(const GearSet& gears, const WindowStats& stats, in
 std::vector<DimensionCost> CostPerDimension(const GearSet& gears, const WindowStats& stats,
                                             const ReplanOptions& o) {
   const int num_dims = gears.num_dimensions();
-  // Per dimension: its gears in use, and the window's mean of size^exponent
-  // (each size at most the largest gear: a split request's full chunks run
-  // on it). The sizes, not the gears they run on now: those are replanned
-  // too, and a transient (a decode batch growing past the first plan's gears
-  // onto the ladder's largest) must not price the other dimensions' padding
-  // for the split of the graph budget that the gears' lifetime then holds.
+  // Per dimension: its gears in use, and the window's mean of gear^exponent.
   std::vector<double> gears_in_use(num_dims, 1.0);
-  std::vector<double> mean_size_power(num_dims, 1.0);
+  std::vector<double> mean_gear_power(num_dims, 1.0);
   for (int d = 0; d < num_dims; ++d) {
     if (const DimensionStats* ds = StatsOf(gears, stats, d)) {
-      double used = 0;
-      for (const GearStats& g : ds->gears) used += g.carries_traffic() ? 1 : 0;
-      gears_in_use[d] = std::max(used, 1.0);
-      const double top = static_cast<double>(gears.gears(d).back());
-      double weight = 0, power = 0;
-      for (const WeightedSize& w : ds->sizes) {
-        weight += w.weight;
-        power += w.weight *
-                 std::pow(std::min(static_cast<double>(w.size), top), o.cost.runtime_exponent);
+      double used = 0, weight = 0, power = 0;
+      for (const GearStats& g : ds->gears) {
+        used += g.carries_traffic() ? 1 : 0;
+        weight += g.weighted_hits;
+        power += g.weighted_hits * std::pow(static_cast<double>(g.gear), o.cost.runtime_exponent);
       }
-      if (weight > 0) mean_size_power[d] = power / weight;
+      gears_in_use[d] = std::max(used, 1.0);
+      if (weight > 0) mean_gear_power[d] = power / weight;
     }
   }
   std::vector<DimensionCost> out(num_dims);
@@ -131,7 +123,7 @@ std::vector<DimensionCost> CostPerDimension(const GearSet& gears, const WindowSt
     for (int e = 0; e < num_dims; ++e) {
       if (e == d) continue;
       c.combinations *= gears_in_use[e];
-      c.model.seconds_per_unit *= mean_size_power[e];
+      c.model.seconds_per_unit *= mean_gear_power[e];
     }
     const GearCostModel& m = c.model;
     c.compile = m.alpha * m.compile_seconds * c.combinations;
