@@ -15,7 +15,7 @@
 #
 # --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
 # three of them, 3-value grids (under a minute on 2 cores);
-# otherwise every scenario at its own length (about 4 minutes a seed on 2 cores).
+# otherwise every scenario at its own length (about 6 minutes a seed on 2 cores).
 # --seeds: the scenarios drawn with each of these seeds (default 1; the
 # policy was developed on seed 1, so other seeds are draws it has not seen);
 # a scenario of seed S other than 1 is named SCENARIO-sS in the tables.

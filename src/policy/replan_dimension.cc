@@ -298,9 +298,9 @@ class DimensionReplanner {
 
   // How many standard errors of a gain its evidence must leave above the
   // band: gain_confidence_sigmas on a one-dimensional set, 0 with several
-  // dimensions (docs/POLICY.md, rule 5: there it moved the bundled hour's
-  // decode view from 17 % to 46 % padding and lowered no break on the
-  // suite's decode views).
+  // dimensions (docs/POLICY.md, rule 5: weighed there, it held back the
+  // gears the decode batch and context needed and lowered no break on the
+  // policy suite's decode views).
   double Sigmas() const { return limit_.several_dimensions ? 0.0 : o_.gain_confidence_sigmas; }
 
   // The standard error of the padding gain of moving from the current set
