@@ -76,7 +76,7 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
                "payback_seconds": 1800, "min_gain_ratio": 2, "warmup_check_seconds": 5,
                "combination_interval_seconds": 0, "max_uncompiled_share": 0.02,
                "max_changes_per_update": 4, "tail_ratio": 3, "max_graphs": 48,
-               "idle_graph_release_seconds": 900}
+               "idle_graph_release_seconds": 900, "gain_confidence_sigmas": 0.5}
   })");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->replan.cost.compile_seconds, 0.5);
@@ -91,6 +91,7 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
   EXPECT_EQ(c->replan.tail_ratio, 3);
   EXPECT_EQ(c->replan.max_graphs, 48);
   EXPECT_EQ(c->replan.idle_graph_release_seconds, 900);
+  EXPECT_EQ(c->replan.gain_confidence_sigmas, 0.5);
   EXPECT_EQ(c->replan.min_gear_lifetime_seconds,
             ReplanOptions{}.min_gear_lifetime_seconds);  // untouched default
 }
@@ -103,6 +104,17 @@ TEST(Config, ABadIdleGraphReleaseNamesTheKey) {
         bad + "}}");
     ASSERT_FALSE(c.ok()) << bad;
     EXPECT_THAT(c.status().message(), HasSubstr("replan.idle_graph_release_seconds")) << bad;
+  }
+}
+
+TEST(Config, ABadGainConfidenceNamesTheKeyAndWhatIsAllowed) {
+  for (const char* bad : {"-0.5", "\"1\"", "null"}) {
+    auto c = ParseConfig(
+        std::string(
+            R"({"dims": [{"name": "SEQLEN", "gears": [8]}], "replan": {"gain_confidence_sigmas": )") +
+        bad + "}}");
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_THAT(c.status().message(), HasSubstr("replan.gain_confidence_sigmas")) << bad;
   }
 }
 
