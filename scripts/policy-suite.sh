@@ -139,7 +139,12 @@ job() {
     # shellcheck disable=SC2086
     "$GEARBOX" trace synth --scenario "$scenario" --seed "$seed" $HOURS --view "$view" --output "$trace" 2>/dev/null
   fi
-  echo "$kind" >"$WORK/$name.kind"
+  # A stationary scenario carries the flapping target (gearbox trace synth --list).
+  if [[ $kind == scenario && " $STATIONARY " == *" $scenario "* ]]; then
+    echo "scenario stationary" >"$WORK/$name.kind"
+  else
+    echo "$kind" >"$WORK/$name.kind"
+  fi
   # The long-context scenarios' prompts reach 131072 tokens: their ladders too.
   local config=$CONFIGS/${view}_times.json
   [[ $scenario == long-* ]] && config=$LONG_CONFIGS/${view}_times.json
@@ -180,7 +185,8 @@ job() {
   echo "  done $name ($view)" >&2
 }
 export -f job
-export WORK GEARBOX PY HELPER HOURS GRIDS CONFIGS LONG_CONFIGS
+STATIONARY=$("$GEARBOX" trace synth --list | awk '$2 == "stationary" {print $1}' | tr '\n' ' ')
+export WORK GEARBOX PY HELPER HOURS GRIDS CONFIGS LONG_CONFIGS STATIONARY
 
 if ! {
   echo "azure-conv real prefill"

@@ -22,10 +22,10 @@ Files in DIR (written by policy-suite.sh), TRACE a scenario or a real trace:
                             the same on the decode view, without the optimum (its churn)
   TRACE.decode.sparse.grid-KEY-V.json
                             the decode view's sparse scheme at KEY = V (its uncompiled steps)
-  TRACE.kind                "scenario" or "real"
-A stationary scenario (STATIONARY below) carries the flapping target: at most 2 gear-set
-changes in 25 updates after warm-up (the replay summary's max_gear_set_changes_in_25_updates);
-the tables mark the others' figure with *.
+  TRACE.kind                "scenario", "scenario stationary" or "real"
+A stationary scenario (`gearbox trace synth --list` marks them) carries the flapping target: at
+most 2 gear-set changes in 25 updates after warm-up (the replay summary's
+max_gear_set_changes_in_25_updates); the tables mark the others' figure with *.
 """
 import json
 import math
@@ -44,17 +44,17 @@ def runs_of(path):
     return {s["policy"]: s}
 
 
-# Scenarios whose traffic does not change (gearbox trace synth --list): the
-# flapping target (at most 2 gear-set changes in 25 updates after warm-up)
-# is theirs.
-STATIONARY = {"poisson-azure", "poisson-sharegpt", "poisson-arxiv", "poisson-mix", "low-rate",
-              "low-rate-24h", "high-rate", "narrow-band", "bimodal", "long-chat", "long-docs",
-              "long-mix"}
-
-
-def stationary(trace):
-    """Whether a suite trace (SCENARIO or SCENARIO-sS) is a stationary scenario."""
-    return re.sub(r"-s[0-9]+$", "", trace) in STATIONARY
+def read_kinds(directory):
+    """{trace: (kind, stationary)} from DIR's TRACE.kind files: kind is "scenario" or "real";
+    stationary says whether the scenario's traffic keeps one rate and one length
+    distribution (it carries the flapping target)."""
+    kinds = {}
+    for f in sorted(os.listdir(directory)):
+        if f.endswith(".kind"):
+            with open(os.path.join(directory, f)) as k:
+                words = k.read().split()
+            kinds[f[: -len(".kind")]] = (words[0], "stationary" in words[1:])
+    return kinds
 
 
 def churn_rate(run):
@@ -109,7 +109,7 @@ def eager_share(run):
     return run["eager_requests"] / max(1, run["requests"])
 
 
-def row_of(directory, trace, view, kind, name, run):
+def row_of(directory, trace, view, kind, stationary, name, run):
     if view == "prefill":
         opt, g = optimum_1d(run)
     else:
@@ -134,7 +134,7 @@ def row_of(directory, trace, view, kind, name, run):
         "compiles_per_hour_per_graph": churn_rate(run) / max(graphs, 1e-9),
         "short_lived_gears": run["short_lived_gears"],
         "max_gear_cycles_per_hour": run["max_gear_cycles_per_hour"],
-        "stationary": kind == "scenario" and stationary(trace),
+        "stationary": stationary,
         "flapping": run["max_gear_set_changes_in_25_updates"],
         "eager_share": eager_share(run),
         "rejected": run["rejected_requests"],
@@ -143,19 +143,15 @@ def row_of(directory, trace, view, kind, name, run):
 
 def collect(directory):
     rows = []
-    kinds = {}
-    for f in sorted(os.listdir(directory)):
-        if f.endswith(".kind"):
-            with open(os.path.join(directory, f)) as k:
-                kinds[f[: -len(".kind")]] = k.read().strip()
-    for trace in sorted(kinds, key=lambda t: (kinds[t] != "real", t)):
+    kinds = read_kinds(directory)
+    for trace in sorted(kinds, key=lambda t: (kinds[t][0] != "real", t)):
         for view in ("prefill", "decode"):
             for part in ("main", "schemes"):
                 p = os.path.join(directory, f"{trace}.{view}.{part}.json")
                 if not os.path.exists(p):
                     continue
                 for name, run in runs_of(p).items():
-                    rows.append(row_of(directory, trace, view, kinds[trace], name, run))
+                    rows.append(row_of(directory, trace, view, *kinds[trace], name, run))
     return rows
 
 
@@ -187,10 +183,10 @@ def summarize(rows):
     return out
 
 
-def churn_figures(run, trace):
+def churn_figures(run, stationary):
     return {"compiles_per_hour_per_graph": churn_rate(run) / max(run["avg_graphs"], 1e-9),
             "max_gear_cycles_per_hour": run["max_gear_cycles_per_hour"],
-            "flapping": run["max_gear_set_changes_in_25_updates"] if stationary(trace) else 0}
+            "flapping": run["max_gear_set_changes_in_25_updates"] if stationary else 0}
 
 
 # The issue's targets a grid value is judged on (docs/POLICY.md, "The policy suite").
@@ -214,6 +210,11 @@ def leave_one_out(directory, key, grid):
     the least median, then the least mean (a value no worse anywhere and
     better somewhere wins a tie); if no value keeps them, the fewest views
     that break them, then the same."""
+    kinds = read_kinds(directory)
+
+    def stationary(trace):
+        return kinds.get(trace, ("scenario", False))[1]
+
     table = {}   # trace -> {value: prefill figures}
     decode = {}  # trace -> {value: decode churn figures}
     sparse = {}  # trace -> {value: the sparse scheme's uncompiled share}
@@ -227,12 +228,13 @@ def leave_one_out(directory, key, grid):
             sparse.setdefault(m.group(1), {})[m.group(3)] = eager_share(run)
             continue
         if m.group(2) == "decode":
-            decode.setdefault(m.group(1), {})[m.group(3)] = churn_figures(run, m.group(1))
+            decode.setdefault(m.group(1), {})[m.group(3)] = churn_figures(
+                run, stationary(m.group(1)))
             continue
         opt, _ = optimum_1d(run)
         table.setdefault(m.group(1), {})[m.group(3)] = {
             "ratio": run["padding_waste"] / opt if opt > 1e-12 else math.inf,
-            **churn_figures(run, m.group(1))}
+            **churn_figures(run, stationary(m.group(1)))}
     traces = sorted(t for t in table if all(v in table[t] for v in grid))
     if len(traces) < 2:
         return None
@@ -265,6 +267,7 @@ def leave_one_out(directory, key, grid):
             "ratio": f["ratio"],
             "compiles_per_hour_per_graph": f["compiles_per_hour_per_graph"],
             "max_gear_cycles_per_hour": f["max_gear_cycles_per_hour"],
+            "stationary": stationary(held_out),
             "flapping": f["flapping"],
             "decode_compiles_per_hour_per_graph":
                 decode.get(held_out, {}).get(chosen, {}).get("compiles_per_hour_per_graph"),
@@ -329,7 +332,7 @@ def print_tables(rows, summary, loo):
             eager = p["decode_sparse_eager_share"]
             print(f"| {p['trace']} | {p['chosen']} | {num(p['ratio'])} "
                   f"| {num(p['compiles_per_hour_per_graph'])} | {p['max_gear_cycles_per_hour']} "
-                  f"| {p['flapping'] if stationary(p['trace']) else '—'} "
+                  f"| {p['flapping'] if p['stationary'] else '—'} "
                   f"| {num(dec) if dec is not None else '—'} "
                   f"| {pct(eager) if eager is not None else '—'} | "
                   + " | ".join(num(p["ratio_by_value"][v]) for v in one["grid"]) + " |")

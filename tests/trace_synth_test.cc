@@ -237,6 +237,20 @@ TEST(TraceSynth, EveryScenarioDrawsSizesThatFitTheConfigs) {
   }
 }
 
+TEST(TraceSynth, StationaryScenariosKeepOneRateAndOneDistribution) {
+  std::set<std::string> stationary;
+  for (const SynthScenario& s : SynthScenarios()) {
+    if (IsStationary(s)) stationary.insert(s.name);
+  }
+  EXPECT_EQ(stationary, (std::set<std::string>{"poisson-azure", "poisson-sharegpt", "poisson-arxiv",
+                                               "poisson-mix", "low-rate", "low-rate-24h",
+                                               "high-rate", "narrow-band", "bimodal", "long-chat",
+                                               "long-docs", "long-mix"}));
+  SynthScenario s = *FindSynthScenario("poisson-azure");
+  s.tenants[0].diurnal_amplitude = 0.1;
+  EXPECT_FALSE(IsStationary(s));
+}
+
 TEST(TraceSynth, LongContextStretchesTheSourcesPrompts) {
   // long-chat: ShareGPT's prompts x8, clamped to 131072 with the output.
   const std::vector<int64_t> source = Prompts(Pools().of(LengthSource::kShareGpt));

@@ -97,7 +97,8 @@ int SynthFail(const absl::Status& s) {
 
 int ListScenarios() {
   for (const SynthScenario& s : SynthScenarios()) {
-    std::printf("%-20s %s\n", s.name.c_str(), s.description.c_str());
+    std::printf("%-20s %-10s %s\n", s.name.c_str(), IsStationary(s) ? "stationary" : "changing",
+                s.description.c_str());
   }
   return 0;
 }
@@ -143,7 +144,9 @@ int RunSynth(const SynthFlags& f) {
 void AddSynth(CLI::App& trace, const std::shared_ptr<SynthFlags>& f) {
   CLI::App* cmd = trace.add_subcommand(
       "synth", "write a named synthetic scenario (real length distributions, realistic arrivals)");
-  cmd->add_flag("--list", f->list, "print every scenario with a one-line description");
+  cmd->add_flag("--list", f->list,
+                "print every scenario: its name, whether its traffic is stationary, a one-line "
+                "description");
   cmd->add_option("--scenario", f->scenario, "scenario name (--list)");
   cmd->add_option("--output", f->output, "trace CSV to write");
   cmd->add_option("--view", f->view, "prefill (t,SEQLEN) or decode (t,BATCHSIZE,SEQLEN)");

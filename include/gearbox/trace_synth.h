@@ -94,6 +94,12 @@ struct SynthScenario {
 
 // Every scenario, in a fixed order (rates at their defaults).
 const std::vector<SynthScenario>& SynthScenarios();
+// Whether a scenario's traffic keeps one rate and one length distribution
+// throughout: no drift, and every tenant at a constant rate (no step, no
+// bursts, no share that moves, no daily cycle). The policy suite holds these
+// to the flapping target (docs/POLICY.md); `gearbox trace synth --list`
+// marks them.
+bool IsStationary(const SynthScenario& s);
 absl::StatusOr<SynthScenario> FindSynthScenario(const std::string& name);
 
 // Most rows a synthetic trace may have unless raised (`--max-rows`): a

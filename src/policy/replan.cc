@@ -111,7 +111,7 @@ UpdateDecision DecideReplan(const GearSet& gears, const WindowStats& stats,
   const std::vector<int> caps = GearCapsOf(gears, stats, costs, adaptive, o, &shares);
   for (int d = 0; d < gears.num_dimensions(); ++d) {
     internal::GearLimit limit{caps[static_cast<size_t>(d)], adaptive.max_gears_per_type,
-                              shares[static_cast<size_t>(d)], gears.num_dimensions() > 1};
+                              shares[static_cast<size_t>(d)]};
     if (gears.scheme() != GearScheme::kJoint) {
       // The others' gears: those already replanned, and the current ones.
       double others = 1;

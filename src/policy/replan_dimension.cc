@@ -132,7 +132,7 @@ class DimensionReplanner {
                      const DimensionCost& cost, double horizon, std::vector<int64_t> current,
                      std::vector<int64_t> target, const MemoryState& memory, const GearBytes& bytes,
                      int64_t projected_bytes, const AdaptiveOptions& adaptive,
-                     const ReplanOptions& o, GearLimit limit, double now, int d,
+                     const ReplanOptions& o, GearLimit limit, bool one_dimension, double now, int d,
                      UpdateDecision* out)
       : spec_(spec),
         dist_(dist),
@@ -147,6 +147,7 @@ class DimensionReplanner {
         o_(o),
         max_gears_(limit.max_gears),
         limit_(limit),
+        one_dimension_(one_dimension),
         now_(now),
         d_(d),
         out_(out),
@@ -165,7 +166,7 @@ class DimensionReplanner {
     // idle release frees its graph anyway. The initial gears are not
     // protected.
     for (const GearStats& g : ds.gears) {
-      const bool hit_lately = !limit.several_dimensions && o.idle_graph_release_seconds > 0 &&
+      const bool hit_lately = one_dimension && o.idle_graph_release_seconds > 0 &&
                               now - g.last_hit_ts < o.idle_graph_release_seconds;
       if (g.initial || !(g.carries_traffic() || g.readded || hit_lately)) continue;
       created_[g.gear] = g.created_ts;
@@ -301,7 +302,7 @@ class DimensionReplanner {
   // dimensions (docs/POLICY.md, rule 5: weighed there, it held back the
   // gears the decode batch and context needed and lowered no break on the
   // policy suite's decode views).
-  double Sigmas() const { return limit_.several_dimensions ? 0.0 : o_.gain_confidence_sigmas; }
+  double Sigmas() const { return one_dimension_ ? o_.gain_confidence_sigmas : 0.0; }
 
   // The standard error of the padding gain of moving from the current set
   // to `next` over the horizon (Distribution::DifferenceVariance).
@@ -585,6 +586,12 @@ class DimensionReplanner {
   const ReplanOptions& o_;
   const int max_gears_;
   const GearLimit limit_;
+  // Whether the gear set has this dimension alone. With several, an idle
+  // gear still holds part of the graph budget (independent or sparse: every
+  // gear is a row of the product; alone its graph is all it holds, and the
+  // idle release frees that), so it is not protected for having been hit
+  // lately, and a gain's evidence is not weighed (Sigmas).
+  const bool one_dimension_;
   const double now_;
   const int d_;
   UpdateDecision* out_;
@@ -709,7 +716,7 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
   out->record.drift[d] = {ds->size_drift_per_second, ds->size_drift_agreement, ds->size_drift_bins,
                           Drifting(*ds, o)};
   DimensionReplanner(spec, *ds, *dist, cost, horizon, std::move(current), std::move(target), memory,
-                     bytes, projected, adaptive, o, limit, now, d, out)
+                     bytes, projected, adaptive, o, limit, gears.num_dimensions() == 1, now, d, out)
       .Run();
 }
 

@@ -114,12 +114,6 @@ struct GearLimit {
   // dimension within this share may replace any gear its target lacks by a
   // target gear; one above it only shrinks toward it.
   int planned_share = 64;
-  // Whether the gear set has several dimensions. Then an idle gear still
-  // holds part of the graph budget (independent or sparse: every gear is a
-  // row of the product; with one its graph is all it holds, and the idle
-  // release frees that), and a gain's evidence is not weighed
-  // (ReplanOptions::gain_confidence_sigmas; docs/POLICY.md, rule 5).
-  bool several_dimensions = false;
 };
 
 void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,

@@ -350,6 +350,15 @@ absl::StatusOr<LengthPools> LoadLengthPools(const std::string& data_dir) {
   return pools;
 }
 
+bool IsStationary(const SynthScenario& s) {
+  if (s.drift_from != s.drift_to) return false;
+  for (const Tenant& t : s.tenants) {
+    if (t.shape != RateShape::kLinear || t.rate_start != t.rate_end || t.diurnal_amplitude != 0)
+      return false;
+  }
+  return true;
+}
+
 const std::vector<SynthScenario>& SynthScenarios() {
   static const std::vector<SynthScenario> scenarios = BuildScenarios();
   return scenarios;
