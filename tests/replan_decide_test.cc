@@ -320,13 +320,16 @@ void AddBatchDimension(Window* w, int64_t gear = 8) {
   batch.observed_seconds = 300.0;
 }
 
-TEST(ReplanDecision, AGearHitWithinTheIdleReleaseStaysForItsLifetimeWhileIdle) {
+TEST(ReplanDecision, AGearThatCarriedTrafficStaysForItsLifetimeWhileIdle) {
   // One dimension: gear 100, added by the policy 1,500 s ago, brought no
-  // request in this window but one 800 s ago, within the idle release
-  // (idle_graph_release_seconds, 1200 s; its graph goes then anyway): a
-  // sparse size range, so it stays for its lifetime. Last hit 1,300 s ago,
-  // or with the idle release off (0: an idle gear would keep its graph),
-  // it goes as an idle gear does.
+  // request in this window but one 800 s ago (a sparse size range, a
+  // burst's band between bursts): it stays for its lifetime, and so it does
+  // when that request was 1,300 s ago, past the idle release
+  // (idle_graph_release_seconds, 1200 s: its graph is released, the gear
+  // holds only its slot), so its traffic coming back compiles it again
+  // rather than adding it again (a cycle). Never hit since it was added, or
+  // with the idle release off (0: an idle gear would keep its graph), it
+  // goes as an idle gear does.
   const std::vector<WeightedSize> sizes = {{1024, 500.0}};
   auto window = [&](double last_hit) {
     Window w = MakeWindow({{100, 0, kNow - 1500, false}, {1024, 500, 0}}, sizes);
@@ -337,12 +340,23 @@ TEST(ReplanDecision, AGearHitWithinTheIdleReleaseStaysForItsLifetimeWhileIdle) {
   EXPECT_THAT(kept.next_gears[0], ElementsAre(100, 1024));
   ASSERT_EQ(kept.record.declined.size(), 1u);
   EXPECT_THAT(kept.record.declined[0].reason,
-              HasSubstr("gear 100 was added less than min_gear_lifetime_seconds ago and hit "
-                        "within idle_graph_release_seconds (idle in the window)"));
-  EXPECT_THAT(Decide(window(1300)).removed[0], ElementsAre(100));
+              HasSubstr("gear 100 was added less than min_gear_lifetime_seconds ago and carried "
+                        "traffic since (idle in the window)"));
+  const UpdateDecision released = Decide(window(1300));
+  EXPECT_THAT(released.next_gears[0], ElementsAre(100, 1024));
+  ASSERT_EQ(released.record.declined.size(), 1u);
+  EXPECT_THAT(released.record.declined[0].reason,
+              HasSubstr("carried traffic since (idle in the window, its graph released)"));
+  EXPECT_THAT(Decide(window(1600)).removed[0], ElementsAre(100));  // before it was added
   ReplanOptions never_released;
   never_released.idle_graph_release_seconds = 0;
   EXPECT_THAT(Decide(window(800), {}, never_released).removed[0], ElementsAre(100));
+  // At the gear cap (replan.max_graphs, 2 here) a gear whose graph is
+  // released gives its slot; one hit within the idle release keeps it.
+  ReplanOptions capped;
+  capped.max_graphs = 2;
+  EXPECT_THAT(Decide(window(1300), {}, capped).removed[0], ElementsAre(100));
+  EXPECT_THAT(Decide(window(800), {}, capped).next_gears[0], ElementsAre(100, 1024));
 }
 
 TEST(ReplanDecision, WithSeveralDimensionsAnIdleGearGoesWhateverItsLastHit) {

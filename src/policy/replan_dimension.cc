@@ -161,16 +161,25 @@ class DimensionReplanner {
     // eviction is protected idle too: its traffic recurs (a burst), and
     // evicting it again would cycle it. Where an idle gear holds no part of
     // the graph budget (one dimension: its graph is all it holds), a gear
-    // hit within idle_graph_release_seconds is protected idle as well: a
-    // sparse size range brings a gear no request in many windows, and the
-    // idle release frees its graph anyway. The initial gears are not
+    // that carried traffic since it was added is protected idle as well: a
+    // sparse size range, or a burst's band between bursts, brings a gear no
+    // request in many windows, and the idle release frees its graph anyway
+    // (evicting it would cycle it when its traffic comes back). Past
+    // idle_graph_release_seconds idle, such a gear holds only its slot, and
+    // at the gear cap it gives it (Young). The initial gears are not
     // protected.
     for (const GearStats& g : ds.gears) {
-      const bool hit_lately = one_dimension && o.idle_graph_release_seconds > 0 &&
-                              now - g.last_hit_ts < o.idle_graph_release_seconds;
-      if (g.initial || !(g.carries_traffic() || g.readded || hit_lately)) continue;
+      const bool hit_since_added = one_dimension && o.idle_graph_release_seconds > 0 &&
+                                   std::isfinite(g.last_hit_ts) && g.last_hit_ts >= g.created_ts;
+      if (g.initial || !(g.carries_traffic() || g.readded || hit_since_added)) continue;
       created_[g.gear] = g.created_ts;
-      if (!g.carries_traffic()) (g.readded ? recurring_ : hit_lately_).insert(g.gear);
+      if (g.carries_traffic()) continue;
+      if (g.readded) {
+        recurring_.insert(g.gear);
+      } else {
+        carried_traffic_.insert(g.gear);
+        if (now - g.last_hit_ts >= o.idle_graph_release_seconds) released_.insert(g.gear);
+      }
     }
   }
 
@@ -223,8 +232,12 @@ class DimensionReplanner {
   // Additions stop at the share and at what fits beside the others' gears.
   int AdditionCap() const { return std::min(max_gears_, limit_.hard_max_gears); }
 
+  // Too young to remove: within min_gear_lifetime_seconds of its addition,
+  // unless memory is high, the set is above its cap, or the gear idles with
+  // its graph released (one dimension) while the set is at its addition cap.
   bool Young(int64_t g) const {
     auto it = created_.find(g);
+    if (released_.count(g) && static_cast<int>(set_.size()) >= AdditionCap()) return false;
     return !High() && !OverCap() && it != created_.end() &&
            now_ - it->second < o_.min_gear_lifetime_seconds;
   }
@@ -388,10 +401,11 @@ class DimensionReplanner {
                        ? Cat("gear ", remove,
                              " came back after an eviction less than min_gear_lifetime_seconds "
                              "ago (idle now: its traffic recurs)")
-                   : hit_lately_.count(remove)
+                   : carried_traffic_.count(remove)
                        ? Cat("gear ", remove,
-                             " was added less than min_gear_lifetime_seconds ago and hit within "
-                             "idle_graph_release_seconds (idle in the window)")
+                             " was added less than min_gear_lifetime_seconds ago and carried "
+                             "traffic since (idle in the window",
+                             released_.count(remove) ? ", its graph released" : "", ")")
                        : Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
     }
     if (add && !remove && static_cast<int>(set_.size()) >= AdditionCap()) {
@@ -601,8 +615,10 @@ class DimensionReplanner {
   std::vector<int64_t> set_;
   std::map<int64_t, double> removed_at_;
   std::map<int64_t, double> created_;
-  std::set<int64_t> recurring_;   // idle young gears protected because they came back
-  std::set<int64_t> hit_lately_;  // idle young gears protected as hit within the idle release
+  std::set<int64_t> recurring_;  // idle young gears protected because they came back
+  std::set<int64_t>
+      carried_traffic_;         // idle young gears protected as hit since added (one dimension)
+  std::set<int64_t> released_;  // of those, idle past idle_graph_release_seconds
   int changes_ = 0;
   int64_t budget_ = 0;  // net additions allowed while memory is high (none beyond removals)
 };
