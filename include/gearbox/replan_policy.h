@@ -48,8 +48,10 @@ struct ReplanOptions {
   // dimensions gains are taken as read (docs/POLICY.md, rule 5).
   double gain_confidence_sigmas = 1.0;
   // A gear the policy added (that still carries traffic, or that came back
-  // after an eviction: GearStats::readded) is not removed within this many
-  // seconds, unless memory is high: noise cannot flap it.
+  // after an eviction: GearStats::readded; on a gear set of one dimension,
+  // that carried traffic since it was added, its graph released while idle)
+  // is not removed within this many seconds, unless memory is high: noise
+  // cannot flap it (docs/POLICY.md, rule 6).
   // Two hours: the policy suite's leave-one-out choice over 600..7200 s on
   // the draws of seeds 1-3 together, prefill and decode views (docs/POLICY.md):
   // fewest traces over the churn targets (a gear planned in a cold start or
