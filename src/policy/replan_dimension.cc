@@ -615,10 +615,9 @@ class DimensionReplanner {
   std::vector<int64_t> set_;
   std::map<int64_t, double> removed_at_;
   std::map<int64_t, double> created_;
-  std::set<int64_t> recurring_;  // idle young gears protected because they came back
-  std::set<int64_t>
-      carried_traffic_;         // idle young gears protected as hit since added (one dimension)
-  std::set<int64_t> released_;  // of those, idle past idle_graph_release_seconds
+  std::set<int64_t> recurring_;        // idle young gears protected because they came back
+  std::set<int64_t> carried_traffic_;  // idle young gears hit since added (one dimension)
+  std::set<int64_t> released_;         // of those, idle past idle_graph_release_seconds
   int changes_ = 0;
   int64_t budget_ = 0;  // net additions allowed while memory is high (none beyond removals)
 };
