@@ -178,7 +178,7 @@ class DimensionReplanner {
         recurring_.insert(g.gear);
       } else {
         carried_traffic_.insert(g.gear);
-        if (now - g.last_hit_ts >= o.idle_graph_release_seconds) released_.insert(g.gear);
+        if (now - g.last_hit_ts >= o.idle_graph_release_seconds) idle_past_release_.insert(g.gear);
       }
     }
   }
@@ -237,7 +237,7 @@ class DimensionReplanner {
   // its graph released (one dimension) while the set is at its addition cap.
   bool Young(int64_t g) const {
     auto it = created_.find(g);
-    if (released_.count(g) && static_cast<int>(set_.size()) >= AdditionCap()) return false;
+    if (idle_past_release_.count(g) && static_cast<int>(set_.size()) >= AdditionCap()) return false;
     return !High() && !OverCap() && it != created_.end() &&
            now_ - it->second < o_.min_gear_lifetime_seconds;
   }
@@ -405,7 +405,7 @@ class DimensionReplanner {
                        ? Cat("gear ", remove,
                              " was added less than min_gear_lifetime_seconds ago and carried "
                              "traffic since (idle in the window",
-                             released_.count(remove) ? ", its graph released" : "", ")")
+                             idle_past_release_.count(remove) ? ", its graph released" : "", ")")
                        : Cat("gear ", remove, " was added less than min_gear_lifetime_seconds ago");
     }
     if (add && !remove && static_cast<int>(set_.size()) >= AdditionCap()) {
@@ -603,8 +603,8 @@ class DimensionReplanner {
   // Whether the gear set has this dimension alone. With several, an idle
   // gear still holds part of the graph budget (independent or sparse: every
   // gear is a row of the product; alone its graph is all it holds, and the
-  // idle release frees that), so it is not protected for having been hit
-  // lately, and a gain's evidence is not weighed (Sigmas).
+  // idle release frees that), so it is not protected for having carried
+  // traffic since its addition, and a gain's evidence is not weighed (Sigmas).
   const bool one_dimension_;
   const double now_;
   const int d_;
@@ -617,7 +617,9 @@ class DimensionReplanner {
   std::map<int64_t, double> created_;
   std::set<int64_t> recurring_;        // idle young gears protected because they came back
   std::set<int64_t> carried_traffic_;  // idle young gears hit since added (one dimension)
-  std::set<int64_t> released_;         // of those, idle past idle_graph_release_seconds
+  // Of those, idle past idle_graph_release_seconds: the runtime releases
+  // their graphs at this update (after the decision) if it has not already.
+  std::set<int64_t> idle_past_release_;
   int changes_ = 0;
   int64_t budget_ = 0;  // net additions allowed while memory is high (none beyond removals)
 };
