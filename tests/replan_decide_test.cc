@@ -9,6 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
+#include <random>
 
 #include "gearbox/replan_policy.h"
 #include "gearbox/update_record.h"
@@ -568,6 +571,157 @@ TEST(ReplanDecision, DriftOptionsAreValidated) {
   EXPECT_THAT(std::string(ValidateReplanOptions(o).message()),
               HasSubstr("replan.drift_lead_seconds"));
   EXPECT_TRUE(ValidateReplanOptions(ReplanOptions{}).ok());
+}
+
+// The regime (docs/POLICY.md, "The regime"): FindStationaryRegime on
+// minute bins 0..29 at now = 1799 s (the last window: bins 25..29).
+namespace regime {
+
+using internal::FindStationaryRegime;
+
+constexpr double kMinute = 60.0;
+constexpr double kAt = 30 * kMinute - 1;
+
+// `n` sizes a bin, log-normal around `median`, deterministic by `seed`.
+SizeHistoryBin Bin(int64_t index, int n, double median, uint64_t seed) {
+  std::mt19937_64 rng(seed * 1000 + static_cast<uint64_t>(index));
+  std::normal_distribution<double> spread(0.0, 0.4);
+  std::map<int64_t, uint64_t> counts;
+  for (int i = 0; i < n; ++i) ++counts[std::llround(median * std::exp(spread(rng)))];
+  SizeHistoryBin bin{index, {}};
+  for (const auto& kv : counts) bin.sizes.push_back(kv);
+  return bin;
+}
+
+std::optional<internal::StationaryRegime> Find(const std::vector<SizeHistoryBin>& history,
+                                               std::vector<int64_t> gears = {1 << 20}) {
+  return FindStationaryRegime(history, kMinute, kAt, 5, 1800.0, gears, false);
+}
+
+double Total(const internal::StationaryRegime& r) {
+  double total = 0;
+  for (const WeightedSize& w : r.sizes) total += w.weight;
+  return total;
+}
+
+}  // namespace regime
+
+TEST(Regime, StationaryTrafficIsPlannedOnTheWholeHistory) {
+  using namespace regime;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    std::vector<SizeHistoryBin> history;
+    for (int b = 0; b < 30; ++b) history.push_back(Bin(b, 50, 1000.0, seed));
+    const auto r = Find(history);
+    ASSERT_TRUE(r.has_value()) << seed;
+    EXPECT_EQ(r->start_bin, 0);
+    EXPECT_DOUBLE_EQ(r->seconds, kAt);
+    EXPECT_DOUBLE_EQ(Total(*r), 30 * 50.0);  // each request once, undecayed
+    EXPECT_LE(r->statistic, r->critical);
+    EXPECT_TRUE(std::is_sorted(r->sizes.begin(), r->sizes.end(),
+                               [](const auto& a, const auto& b) { return a.size < b.size; }));
+    // Not further back than asked: 900 s reaches bins 15..29.
+    const auto shorter = FindStationaryRegime(history, kMinute, kAt, 5, 900.0, {1 << 20}, false);
+    ASSERT_TRUE(shorter.has_value());
+    EXPECT_EQ(shorter->start_bin, 15);
+  }
+}
+
+TEST(Regime, AStepEndsTheRegimeAndOneInTheLastWindowLeavesTheWindowAlone) {
+  using namespace regime;
+  // Sizes doubled from bin 12 on: the regime starts there, or one bin
+  // before (a window of bins with one from before the step of five is
+  // still alike enough), never further back.
+  std::vector<SizeHistoryBin> history;
+  for (int b = 0; b < 30; ++b) history.push_back(Bin(b, 50, b < 12 ? 1000.0 : 2000.0, 7));
+  const auto r = Find(history);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_GE(r->start_bin, 11);
+  EXPECT_LE(r->start_bin, 12);
+  EXPECT_DOUBLE_EQ(Total(*r), (30 - r->start_bin) * 50.0);
+  EXPECT_LE(r->statistic, r->critical);  // the test that ended it is not the regime's
+  // A step in bin 22: a stretch of two windows would reach across it.
+  history.clear();
+  for (int b = 0; b < 30; ++b) history.push_back(Bin(b, 50, b < 22 ? 1000.0 : 2000.0, 7));
+  EXPECT_FALSE(Find(history).has_value());
+  // A step in the newest two bins (the last window's older bins agree with
+  // the history): the newest bins' own test sees it.
+  history.clear();
+  for (int b = 0; b < 30; ++b) history.push_back(Bin(b, 50, b < 28 ? 1000.0 : 2000.0, 7));
+  EXPECT_FALSE(Find(history).has_value());
+}
+
+TEST(Regime, NewSizesThatPadOnTheGearsEndItWhereTheDistributionBarelyMoves) {
+  using namespace regime;
+  // Sizes around 950 on gears {1000, 4000}; the newest two bins add twelve
+  // requests of 1100, which pad 2,900 each on 4000: 11 % of those bins,
+  // half the shift of the distribution function its test needs at 112
+  // requests, but the padding per request rises 3.7 standard errors.
+  auto history_with = [](int tail) {
+    std::vector<SizeHistoryBin> history;
+    for (int b = 0; b < 30; ++b) {
+      SizeHistoryBin bin{b, {}};
+      for (int64_t s = 901; s <= 1000; s += 2) bin.sizes.push_back({s, 1});
+      if (b >= 28) bin.sizes.push_back({1100, static_cast<uint64_t>(tail)});
+      history.push_back(bin);
+    }
+    return history;
+  };
+  EXPECT_FALSE(Find(history_with(6), {1000, 4000}).has_value());
+  // Gears that serve 1100 well: the same history is one regime.
+  EXPECT_TRUE(Find(history_with(6), {1000, 1100, 4000}).has_value());
+  EXPECT_TRUE(Find(history_with(0), {1000, 4000}).has_value());
+}
+
+TEST(Regime, TooLittleHistoryOrTrafficIsNoRegime) {
+  using namespace regime;
+  std::vector<SizeHistoryBin> history;
+  for (int b = 20; b < 30; ++b) history.push_back(Bin(b, 50, 1000.0, 3));
+  // Bins 20..29: the stretch before the last window is 5 bins, just enough.
+  const auto r = Find(history);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->start_bin, 20);
+  history.erase(history.begin());  // 4 bins: less than a window
+  EXPECT_FALSE(Find(history).has_value());
+  // Fewer than kRegimeMinSamples requests in the last window.
+  history.clear();
+  for (int b = 0; b < 30; ++b) history.push_back(Bin(b, 3, 1000.0, 3));
+  EXPECT_FALSE(Find(history).has_value());
+  EXPECT_FALSE(Find({}).has_value());
+  EXPECT_FALSE(FindStationaryRegime(history, 0.0, kAt, 5, 1800.0, {1000}, false).has_value());
+  EXPECT_FALSE(
+      FindStationaryRegime(history, kMinute, std::nan(""), 5, 1800.0, {1000}, false).has_value());
+}
+
+TEST(ReplanDecision, AStationaryHistoryBacksAGainTheWindowAloneCannot) {
+  // Ten requests of 100 in the window on gear 1024 wait for their evidence
+  // (AGainReadOffAFewRequestsWaitsForTheEvidence). The last 30 minutes held
+  // the same traffic, four requests of 100 and 100 of 1024 a minute: planned
+  // on those 120 requests, the gain (120 x 2e-5 x 924 x 3600 / 1780 = 4.5 s)
+  // is backed (less one standard error, 4.1 s, past the 3 s band).
+  Window w = MakeWindow({{1024, 500, 0}}, {{100, 10.0}, {1024, 500.0}});
+  const int64_t newest = static_cast<int64_t>(std::floor(kNow / 60.0));
+  for (int64_t b = newest - 29; b <= newest; ++b)
+    w.stats.dimensions[0].size_history.push_back({b, {{100, 4}, {1024, 100}}});
+  const UpdateDecision planned = Decide(w);
+  EXPECT_THAT(planned.added[0], ElementsAre(100));
+  ASSERT_EQ(planned.record.regime.size(), 1u);
+  EXPECT_NEAR(planned.record.regime[0].seconds, kNow - (newest - 29) * 60.0, 1e-9);
+  EXPECT_LE(planned.record.regime[0].statistic, planned.record.regime[0].critical);
+  // The window alone: no regime (regime_seconds 0), several dimensions, or
+  // sizes that drift.
+  ReplanOptions window_only;
+  window_only.regime_seconds = 0;
+  const UpdateDecision alone = Decide(w, {}, window_only);
+  EXPECT_FALSE(alone.changed);
+  EXPECT_EQ(alone.record.regime[0].seconds, 0.0);
+  Window drifting = w;
+  drifting.stats.dimensions[0].size_drift_per_second = 1e-4;
+  drifting.stats.dimensions[0].size_drift_agreement = 1.0;
+  drifting.stats.dimensions[0].size_drift_bins = 30;
+  EXPECT_EQ(Decide(drifting).record.regime[0].seconds, 0.0);
+  Window two = w;
+  AddBatchDimension(&two);
+  EXPECT_EQ(Decide(two).record.regime[0].seconds, 0.0);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "gearbox/replan_policy.h"
 #include "src/stats/gear_window.h"
 #include "src/stats/size_drift.h"
+#include "src/stats/size_history.h"
 #include "src/stats/window_store.h"
 
 namespace gearbox {
@@ -289,6 +290,70 @@ TEST(WindowStore, AGearAddedAgainWithinAnHourOfItsEvictionIsMarkedReadded) {
   store.ApplyCommit({{100}}, {{}}, 40.0);
   store.ApplyCommit({{}}, {{100}}, 40.0 + 3700.0);
   EXPECT_FALSE(readded(3740.0));  // back more than an hour after it: a new life
+}
+
+using internal::SizeHistory;
+
+TEST(SizeHistory, KeepsEachBinsSizesAsTheWindowDoes) {
+  SizeHistory history(60.0, 30);
+  EXPECT_TRUE(history.Bins(0.0).empty());
+  history.Add(5.0, 100, 128, 2);  // exact below 256
+  history.Add(6.0, 100, 128, 1);
+  history.Add(7.0, 300, 512, 1);  // bin [300, 301]: at its largest value
+  history.Add(8.0, 301, 300, 1);  // above its gear (a split, an overflow): at the top
+  history.Add(9.0, 300, 300, 4);  // padded by nothing: at most the gear that served it
+  history.Add(70.0, 1000, 1024, 1);
+  const std::vector<SizeHistoryBin> bins = history.Bins(70.0);
+  ASSERT_EQ(bins.size(), 2u);
+  EXPECT_EQ(bins[0].bin, 0);
+  using Entry = std::pair<int64_t, uint64_t>;
+  EXPECT_THAT(bins[0].sizes, ::testing::ElementsAre(Entry{100, 3}, Entry{300, 4}, Entry{301, 2}));
+  EXPECT_EQ(bins[1].bin, 1);
+  EXPECT_THAT(bins[1].sizes, ::testing::ElementsAre(Entry{1003, 1}));  // bin [1000, 1003]
+  // Bins not yet reached are left out; bins older than the ring are
+  // dropped, and a sample older than the ring holds is ignored.
+  EXPECT_EQ(history.Bins(30.0).size(), 1u);
+  history.Add(31 * 60.0, 100, 128, 1);
+  ASSERT_EQ(history.Bins(31 * 60.0).size(), 1u);  // bins 0 and 1 are past the 30 held
+  EXPECT_EQ(history.Bins(31 * 60.0).front().bin, 31);
+  history.Add(0.0, 100, 128, 1);
+  EXPECT_EQ(history.Bins(31 * 60.0).size(), 1u);
+  // Bad input is ignored.
+  history.Add(std::nan(""), 100, 128, 1);
+  history.Add(31 * 60.0, 0, 128, 1);
+  history.Add(31 * 60.0, 100, 128, -1);
+  EXPECT_EQ(history.Bins(31 * 60.0).back().sizes.size(), 1u);
+  EXPECT_EQ(history.Bins(31 * 60.0).back().sizes[0].second, 1u);
+}
+
+TEST(SizeHistory, MemoryIsBoundedByTheSizesNotTheRate) {
+  // 100,000 requests a minute over sizes 1..4096 for 40 minutes: each of the
+  // 30 bins holds at most one entry per histogram bin the sizes span (1..255
+  // exact, then 128 an octave, and 4096: 768 here), 16 bytes each, in a
+  // vector at most twice as large as it is full.
+  SizeHistory history(60.0, 30);
+  std::mt19937_64 rng(1);
+  std::uniform_int_distribution<int64_t> size(1, 4096);
+  for (int i = 0; i < 40 * 100000; ++i) history.Add(i * 60.0 / 100000, size(rng), 4096, 1);
+  const std::vector<SizeHistoryBin> bins = history.Bins(40 * 60.0 - 1);
+  ASSERT_EQ(bins.size(), 30u);
+  for (const SizeHistoryBin& bin : bins) EXPECT_EQ(bin.sizes.size(), 768u);
+  EXPECT_LT(history.MemoryBytes(), 30u * 2 * 768 * 16 + 4096);
+}
+
+TEST(WindowStore, FillsTheSizeHistoryUnlessTheWindowIsAFleets) {
+  const GearSet gears = *GearSet::Create({{"SEQLEN", {64, 128}, false, false}});
+  WindowStore store(gears, AdaptiveOptions{}, 0.0);
+  const int64_t raw[] = {100};
+  const int64_t gear[] = {128};
+  for (int i = 0; i < 10; ++i) store.FoldEvent(i * 30.0, 1, raw, gear);
+  const WindowStats local = store.Summarize(300.0, gears, /*with_sizes=*/true);
+  ASSERT_EQ(local.dimensions[0].size_history.size(), 5u);  // one-minute bins 0..4
+  EXPECT_EQ(local.dimensions[0].size_history[0].sizes[0], (std::pair<int64_t, uint64_t>{100, 2}));
+  // With a merge hook (with_slots) the fleet's window has no history.
+  EXPECT_TRUE(
+      store.Summarize(300.0, gears, true, /*with_slots=*/true).dimensions[0].size_history.empty());
+  EXPECT_TRUE(store.Summarize(300.0, gears).dimensions[0].size_history.empty());
 }
 
 }  // namespace

@@ -82,6 +82,14 @@ struct ReplanOptions {
   double drift_lead_seconds = 600.0;
   double drift_agreement = 0.9;
   int drift_min_bins = 15;
+  // The regime (docs/POLICY.md, "The regime"): a gear set of one dimension
+  // whose sizes do not drift is planned on the longest stretch of the last
+  // regime_seconds (at most six windows: the drift's bins) whose sizes a
+  // two-sample test cannot tell apart from the last window's, each request
+  // counted once, instead of on the window alone: stationary traffic is
+  // planned on up to six times the evidence, and a step or a burst falls
+  // back to the window. 0: the window alone.
+  double regime_seconds = 1800.0;
   // Decayed requests the window needs before the policy plans from it.
   double min_window_weight = 20.0;
   // With this policy the worker updates this often (its changes are

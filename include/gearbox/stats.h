@@ -153,6 +153,16 @@ struct DriftBinCounts {
   std::vector<std::pair<int32_t, uint64_t>> counts;
 };
 
+// One bin of a dimension's size history (DimensionStats::size_history): its
+// absolute index (it starts at bin x window_seconds / kSizeDriftBinsPerWindow,
+// the drift's bins) and the requests' sizes in it, each as in
+// DimensionStats::sizes (a histogram bin's largest value, at most the gear
+// that served it padded), with counts, ascending by size.
+struct SizeHistoryBin {
+  int64_t bin = 0;
+  std::vector<std::pair<int64_t, uint64_t>> sizes;
+};
+
 struct SizeDriftEstimate {
   double per_second = 0.0;  // Theil-Sen slope of the bins' median log(size)
   double agreement = 0.0;   // share of the pairwise slopes with its sign
@@ -195,6 +205,13 @@ struct DimensionStats {
   // from more bins (EstimateSizeDrift).
   std::vector<SlotSizes> slot_sizes;
   std::vector<DriftBinCounts> drift_bins;
+  // The sizes of the last six windows (the drift's bins, oldest first, those
+  // with samples), undecayed: the replan policy plans a gear set of one
+  // dimension on the longest stretch of them that the last window's sizes
+  // do not tell apart from (docs/POLICY.md, "The regime"). Filled with
+  // `sizes`, except when the runtime has a merge hook (a fleet's merged
+  // window has no history).
+  std::vector<SizeHistoryBin> size_history;
   // Gears of this dimension evicted recently, with when (the runtime keeps
   // an hour of them).
   std::vector<std::pair<int64_t, double>> recently_removed;

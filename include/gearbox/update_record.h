@@ -250,6 +250,18 @@ struct UpdateRecord {
     bool followed = false;
   };
   std::vector<Drift> drift;
+  // Per dimension, the regime the target was planned on (docs/POLICY.md,
+  // "The regime"): how many seconds of traffic (0: the window alone), and
+  // the two-sample test's largest gap between the last window's sizes and
+  // those before it with the gap that would have rejected them (JSON
+  // "regime": {dim: {"seconds": s, "statistic": d, "critical": c}}, only
+  // where a regime was used).
+  struct Regime {
+    double seconds = 0.0;
+    double statistic = 0.0;
+    double critical = 0.0;
+  };
+  std::vector<Regime> regime;
   std::vector<ChangeRecord> changes;
   std::vector<ChangeRecord> declined;
   // Joint and sparse gear sets: the scheme, the compiled combinations after

@@ -264,6 +264,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"min_gear_lifetime_seconds", &o->min_gear_lifetime_seconds},
       {"drift_lead_seconds", &o->drift_lead_seconds},
       {"drift_agreement", &o->drift_agreement},
+      {"regime_seconds", &o->regime_seconds},
       {"readd_cooldown_seconds", &o->readd_cooldown_seconds},
       {"tail_ratio", &o->tail_ratio},
       {"min_window_weight", &o->min_window_weight},

@@ -31,6 +31,7 @@ UpdateDecision StartFromTheSeedRecord(const GearSet& gears, const WindowStats& s
   }
   rec.targets.assign(gears.num_dimensions(), {});
   rec.drift.assign(gears.num_dimensions(), {});
+  rec.regime.assign(gears.num_dimensions(), {});
   out.protect.clear();
   // The seed policy's own additions are not this policy's: a dimension this
   // policy leaves alone (no statistics, too little traffic) must not carry

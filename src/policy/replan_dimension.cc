@@ -663,9 +663,10 @@ std::vector<WeightedSize> AnticipatedSizes(const DimensionStats& ds, const Repla
 std::optional<Distribution> PlannableDistribution(const DimensionSpec& spec,
                                                   const DimensionStats* ds,
                                                   const DimensionCost& cost, const ReplanOptions& o,
+                                                  const StationaryRegime* regime,
                                                   UpdateDecision* out) {
   if (ds == nullptr) return std::nullopt;
-  Distribution dist(AnticipatedSizes(*ds, o), cost.model);
+  Distribution dist(regime != nullptr ? regime->sizes : AnticipatedSizes(*ds, o), cost.model);
   if (dist.empty() || dist.total_weight() < o.min_window_weight) {
     if (out != nullptr) {
       out->record.declined.push_back(
@@ -678,6 +679,21 @@ std::optional<Distribution> PlannableDistribution(const DimensionSpec& spec,
   return dist;
 }
 
+// The regime to plan a gear set of one dimension on (FindStationaryRegime),
+// or none: several dimensions, the sizes drift, no history (a fleet's
+// merged window), or the option off.
+std::optional<StationaryRegime> RegimeOf(const GearSet& gears, const DimensionStats& ds,
+                                         const AdaptiveOptions& adaptive, const ReplanOptions& o,
+                                         double now) {
+  if (gears.num_dimensions() != 1 || !(o.regime_seconds > 0) || Drifting(ds, o) ||
+      ds.size_history.empty())
+    return std::nullopt;
+  std::vector<int64_t> current(gears.gears(0).begin(), gears.gears(0).end());
+  return FindStationaryRegime(ds.size_history, adaptive.window_seconds / kSizeDriftBinsPerWindow,
+                              now, kSizeDriftBinsPerWindow, o.regime_seconds, current,
+                              gears.dimension(0).splittable);
+}
+
 }  // namespace
 
 std::vector<double> CostCurve(const GearSet& gears, int d, const DimensionStats* ds,
@@ -685,7 +701,8 @@ std::vector<double> CostCurve(const GearSet& gears, int d, const DimensionStats*
                               const ReplanOptions& o) {
   const DimensionSpec& spec = gears.dimension(d);
   std::vector<int64_t> current(gears.gears(d).begin(), gears.gears(d).end());
-  const std::optional<Distribution> dist = PlannableDistribution(spec, ds, cost, o, nullptr);
+  const std::optional<Distribution> dist =
+      PlannableDistribution(spec, ds, cost, o, /*regime=*/nullptr, nullptr);
   if (!dist.has_value()) return {0.0};
   const double horizon = HorizonFactor(ds->observed_seconds, adaptive, o);
   const bool keep_max = !spec.splittable;
@@ -709,12 +726,17 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
   const DimensionSpec& spec = gears.dimension(d);
   std::vector<int64_t> current(gears.gears(d).begin(), gears.gears(d).end());
   out->next_gears[d] = current;
-  const std::optional<Distribution> dist = PlannableDistribution(spec, ds, cost, o, out);
+  const std::optional<StationaryRegime> regime =
+      ds != nullptr ? RegimeOf(gears, *ds, adaptive, o, now) : std::nullopt;
+  const std::optional<Distribution> dist =
+      PlannableDistribution(spec, ds, cost, o, regime ? &*regime : nullptr, out);
   if (!dist.has_value()) return;
   // The window's decayed weights stand for this many seconds of traffic
-  // (only the part of the window that has traffic yet); window padding
-  // times `horizon` is padding over the payback horizon.
-  const double horizon = HorizonFactor(ds->observed_seconds, adaptive, o);
+  // (only the part of the window that has traffic yet), a regime's counts
+  // for its length; padding read off them times `horizon` is padding over
+  // the payback horizon.
+  const double horizon = regime ? o.payback_seconds / regime->seconds
+                                : HorizonFactor(ds->observed_seconds, adaptive, o);
   const bool keep_max = !spec.splittable;
   // The byte budget: the gears' memory after the dimensions replanned before this one.
   std::vector<std::vector<int64_t>> grid;
@@ -732,6 +754,8 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
   out->record.targets[d] = target;
   out->record.drift[d] = {ds->size_drift_per_second, ds->size_drift_agreement, ds->size_drift_bins,
                           Drifting(*ds, o)};
+  if (regime.has_value())
+    out->record.regime[d] = {regime->seconds, regime->statistic, regime->critical};
   DimensionReplanner(spec, *ds, *dist, cost, horizon, std::move(current), std::move(target), memory,
                      bytes, projected, adaptive, o, limit, gears.num_dimensions() == 1, now, d, out)
       .Run();

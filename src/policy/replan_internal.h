@@ -3,11 +3,13 @@
 //   replan_distribution.cc  the window's size distribution and padding costs
 //   replan_dimension.cc     one dimension: target, whole-target adoption, moves
 //   replan_combinations.cc  joint and sparse sets: which grid cells to compile
+//   replan_regime.cc        the stationary regime of a dimension's size history
 //   replan_options.cc       ValidateReplanOptions
 #ifndef GEARBOX_SRC_POLICY_REPLAN_INTERNAL_H_
 #define GEARBOX_SRC_POLICY_REPLAN_INTERNAL_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -59,6 +61,36 @@ class Distribution {
 // has traffic yet).
 double HorizonFactor(double observed_seconds, const AdaptiveOptions& adaptive,
                      const ReplanOptions& o);
+
+// The regime (docs/POLICY.md, "The regime"): the stretch of a dimension's
+// size history (DimensionStats::size_history, bins of `bin_seconds`) that
+// ends now and reaches back, at most `max_seconds`, while each window of
+// `window_bins` bins at its start has sizes a two-sample Kolmogorov-Smirnov
+// test cannot tell apart from the last window's; its sizes with their
+// counts as weights. None when the stretch would be shorter than two
+// windows, when the last window has fewer than kRegimeMinSamples requests,
+// or when its newest kRegimeNewestBins bins differ from the rest of the
+// shortest stretch in their sizes (the same test) or pad more per request on
+// `gears` (the current gears, ascending; a one-sided z test). Every test is
+// at the 0.1 % level. Pure.
+inline constexpr double kRegimeMinSamples = 20;
+inline constexpr int kRegimeNewestBins = 2;
+inline constexpr double kRegimeTestCoefficient = 1.949;  // KS c(alpha), alpha = 0.001
+inline constexpr double kRegimePaddingSigmas = 3.090;    // one-sided, 0.001
+struct StationaryRegime {
+  std::vector<WeightedSize> sizes;  // ascending; weights are request counts
+  double seconds = 0.0;             // from the stretch's first bin to now
+  int64_t start_bin = 0;
+  // Of the tests run, the one nearest to rejecting: its statistic and the
+  // value that would have rejected.
+  double statistic = 0.0;
+  double critical = 0.0;
+};
+std::optional<StationaryRegime> FindStationaryRegime(const std::vector<SizeHistoryBin>& history,
+                                                     double bin_seconds, double now,
+                                                     int window_bins, double max_seconds,
+                                                     const std::vector<int64_t>& gears,
+                                                     bool splittable);
 
 // What one dimension's gears cost, seen from the others: with several
 // dimensions a graph runs the product of its gears and is compiled per

@@ -28,6 +28,7 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
       {"replan.readd_cooldown_seconds", o.readd_cooldown_seconds},
       {"replan.min_window_weight", o.min_window_weight},
       {"replan.drift_lead_seconds", o.drift_lead_seconds},
+      {"replan.regime_seconds", o.regime_seconds},
       {"replan.idle_graph_release_seconds", o.idle_graph_release_seconds}};
   if (!(std::isfinite(o.uncompiled_slowdown) && o.uncompiled_slowdown >= 1)) {
     return internal::InvalidFieldValue("replan.uncompiled_slowdown", o.uncompiled_slowdown,

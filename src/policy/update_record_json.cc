@@ -161,6 +161,15 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
                                 {"followed", x.followed}};
     }
     if (!drift.empty()) j["drift"] = std::move(drift);
+    ordered_json regime = ordered_json::object();
+    for (size_t d = 0; d < r.regime.size() && d < r.dimensions.size(); ++d) {
+      const UpdateRecord::Regime& x = r.regime[d];
+      if (x.seconds <= 0) continue;
+      regime[r.dimensions[d]] = {{"seconds", Round6(x.seconds)},
+                                 {"statistic", Round6(x.statistic)},
+                                 {"critical", Round6(x.critical)}};
+    }
+    if (!regime.empty()) j["regime"] = std::move(regime);
     j["changes"] = changes(r.changes);
     j["declined"] = changes(r.declined);
   } else if (!r.declined.empty()) {

@@ -45,6 +45,7 @@ WindowStore::WindowStore(const GearSet& initial, const AdaptiveOptions& options,
     names_.push_back(initial.dimension(d).name);
     splittable_.push_back(initial.dimension(d).splittable);
     drifts_.emplace_back(options.window_seconds / kSizeDriftBinsPerWindow, kSizeDriftBins);
+    histories_.emplace_back(options.window_seconds / kSizeDriftBinsPerWindow, kSizeDriftBins);
     for (int64_t gear : initial.gears(d)) {
       dimensions_[d].Insert(gear,
                             std::make_unique<GearState>(gear, now, /*from_start=*/true, geometry_));
@@ -76,6 +77,7 @@ void WindowStore::FoldEvent(double time, int64_t count, const int64_t* raw, cons
   const double weight = geometry_.SlotWeight(time, slot) * static_cast<double>(count);
   for (size_t d = 0; d < dimensions_.size(); ++d) {
     drifts_[d].Add(time, raw[d], count);
+    histories_[d].Add(time, raw[d], gear[d], count);
     GearState* state = dimensions_[d].Find(gear[d]);
     if (state == nullptr) {
       evicted = true;
@@ -165,6 +167,8 @@ WindowStats WindowStore::Summarize(double now, const GearSet& current, bool with
       for (const auto& [size, weight] : weights) ds.sizes.push_back({size, weight});
       ds.observed_seconds =
           std::isfinite(oldest) ? std::clamp(now - oldest, 0.0, geometry_.window_seconds) : 0.0;
+      // A fleet's merged window has no history: its planning stays on the window.
+      if (!with_slots) ds.size_history = histories_[static_cast<size_t>(d)].Bins(now);
     }
     if (with_slots) {
       ds.drift_bins = drifts_[static_cast<size_t>(d)].Bins(now);
@@ -300,6 +304,7 @@ size_t WindowStore::MemoryBytes() const {
     }
   }
   for (const SizeDrift& drift : drifts_) bytes += drift.MemoryBytes();
+  for (const SizeHistory& history : histories_) bytes += history.MemoryBytes();
   if (joint_ != nullptr) bytes += joint_->MemoryBytes();
   return bytes;
 }

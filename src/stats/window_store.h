@@ -22,6 +22,7 @@
 #include "src/stats/gear_window.h"
 #include "src/stats/joint_window.h"
 #include "src/stats/size_drift.h"
+#include "src/stats/size_history.h"
 
 namespace gearbox::internal {
 
@@ -107,7 +108,8 @@ class WindowStore {
   WindowGeometry geometry_;
   std::vector<DimensionStates> dimensions_;
   std::vector<bool> splittable_;
-  std::vector<SizeDrift> drifts_;  // per dimension: whether its raw sizes drift
+  std::vector<SizeDrift> drifts_;       // per dimension: whether its raw sizes drift
+  std::vector<SizeHistory> histories_;  // per dimension: the sizes of the last six windows
   // Joint and sparse gear sets: the shapes window, the active combinations
   // and their cleanup keys (also attached to their gears).
   std::unique_ptr<JointWindow> joint_;
