@@ -2,7 +2,8 @@
 // a ring of time bins (the drift's: a fifth of a window each, six windows),
 // each with its requests' sizes and counts, undecayed. The replan policy
 // plans a stationary one-dimensional gear set on the longest stretch of them
-// that the last window does not tell apart from (StationaryRegime). Memory
+// that the last window does not tell apart from (FindStationaryRegime in
+// src/policy/replan_regime.cc; docs/POLICY.md, "The regime"). Memory
 // per bin is bounded by the histogram's bins a dimension's sizes span
 // (RawSampleHistogram: 128 an octave above 256), whatever the request rate.
 // Folded on the updating thread with the window; not thread-safe (the
