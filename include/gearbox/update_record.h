@@ -252,10 +252,9 @@ struct UpdateRecord {
   std::vector<Drift> drift;
   // Per dimension, the regime the target was planned on (docs/POLICY.md,
   // "The regime"): how many seconds of traffic (0: the window alone), and
-  // the two-sample test's largest gap between the last window's sizes and
-  // those before it with the gap that would have rejected them (JSON
-  // "regime": {dim: {"seconds": s, "statistic": d, "critical": c}}, only
-  // where a regime was used).
+  // of the regime's tests the one nearest to rejecting, its statistic and
+  // the value that would have rejected it (JSON "regime": {dim: {"seconds":
+  // s, "statistic": d, "critical": c}}, only where a regime was used).
   struct Regime {
     double seconds = 0.0;
     double statistic = 0.0;

@@ -21,10 +21,6 @@ struct Counts {
       n += static_cast<double>(count);
     }
   }
-  void Add(const Counts& other) {
-    for (const auto& [size, count] : other.by_size) by_size[size] += count;
-    n += other.n;
-  }
 };
 
 // A test's outcome as a fraction of what would reject it (> 1: rejected),
