@@ -4,18 +4,19 @@
 # and every real trace in data/ with every policy (static, adaptive, replan;
 # on decode views also replan's joint and sparse schemes), and prints one
 # table: padding waste, the offline optimum at the same live-graph count, their
-# ratio, compiles per hour per live graph, churn, then the worst and the median
-# per policy over the suite; plus the leave-one-out choice of replan's gear
-# lifetime, its drift agreement, its drift lead and its idle-graph release
-# time. Writes the same figures as JSON (--output, default
-# out/policy-suite.json).
+# ratio, (prefill) that count planned on the other half of the trace and the
+# ratio to it, compiles per hour per live graph, churn, then the worst and the
+# median per policy over the suite; plus the leave-one-out choice of each
+# replan parameter on a grid. Writes the same figures as JSON (--output,
+# default out/policy-suite.json).
 #
 #   scripts/policy-suite.sh [--quick] [--seeds S1,S2,...] [--configs DIR] [--long-configs DIR]
 #                           [--output FILE] [--jobs N] [--keep DIR]
 #
 # --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
 # three of them, 3-value grids (under a minute on 2 cores);
-# otherwise every scenario at its own length (about 6 minutes a seed on 2 cores).
+# otherwise every scenario at its own length (with the grids, 15 to 20 minutes a
+# seed on 2 cores).
 # --seeds: the scenarios drawn with each of these seeds (default 1; the
 # policy was developed on seed 1, so other seeds are draws it has not seen);
 # a scenario of seed S other than 1 is named SCENARIO-sS in the tables.

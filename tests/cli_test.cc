@@ -89,6 +89,11 @@ TEST_F(Cli, ReplayWritesDecisionsSummaryAndPlot) {
   // One dimension: also the optimum at the policy's compiled-graph count.
   EXPECT_THAT(r.output, HasSubstr("same compiled-graph count"));
   EXPECT_GE(j["policies"]["static"]["offline_optimum"]["SEQLEN"]["same_graph_count"]["gears"], 1);
+  // ... and that count planned on the other half of the trace (2,000 s: many minutes).
+  EXPECT_THAT(r.output, HasSubstr("planned on the other half"));
+  EXPECT_GE(
+      j["policies"]["static"]["offline_optimum"]["SEQLEN"]["same_graph_count"]["other_half_waste"],
+      0.0);
   std::ifstream decisions(P("d.jsonl"));
   std::string line;
   int lines = 0;

@@ -305,6 +305,36 @@ TEST(TraceSynth, RowBoundsNameTheFlag) {
   EXPECT_THAT(view.status().message(), HasSubstr("--max-rows"));
 }
 
+// A SEQLEN trace of min_rows + [0, more_rows) rows `apart` seconds apart,
+// sizes uniform in 1..max_size.
+Trace RandomSeqlenTrace(SynthRandom& random, size_t min_rows, size_t more_rows, double apart,
+                        size_t max_size) {
+  Trace trace;
+  trace.dimensions = {"SEQLEN"};
+  const size_t rows = min_rows + random.Index(more_rows);
+  for (size_t i = 0; i < rows; ++i) {
+    trace.time.push_back(static_cast<double>(i) * apart);
+    trace.sizes.push_back(1 + static_cast<int64_t>(random.Index(max_size)));
+  }
+  return trace;
+}
+
+// OfflineOptimum of one run on a one-column SEQLEN trace (not splittable)
+// whose compiled graphs averaged `avg_graphs`.
+absl::StatusOr<DimensionOptimum> OptimumOfOneRun(const Trace& trace, double avg_graphs) {
+  RuntimeConfig config;
+  config.dims.resize(1);
+  config.dims[0].name = "SEQLEN";
+  config.dims[0].splittable = false;
+  ReplayResult result;
+  result.dimensions = {"SEQLEN"};
+  result.avg_gears = {avg_graphs};
+  result.avg_graphs = avg_graphs;
+  auto optimum = OfflineOptimum(config, trace, std::span<const ReplayResult>(&result, 1));
+  if (!optimum.ok()) return optimum.status();
+  return (*optimum)[0][0];
+}
+
 // The suite's yardstick: OfflineOptimum's "same graph count" plan is the
 // best one of round(avg_graphs) gears covering the largest size; checked
 // against every subset of the distinct sizes. (OptimalGears alone has its
@@ -312,28 +342,15 @@ TEST(TraceSynth, RowBoundsNameTheFlag) {
 TEST(SuiteOptimum, SameGraphCountMatchesBruteForce) {
   SynthRandom random(3);
   for (int trial = 0; trial < 30; ++trial) {
-    Trace trace;
-    trace.dimensions = {"SEQLEN"};
-    const size_t rows = 5 + random.Index(20);
-    for (size_t i = 0; i < rows; ++i) {
-      trace.time.push_back(static_cast<double>(i));
-      trace.sizes.push_back(1 + static_cast<int64_t>(random.Index(12)));
-    }
+    const Trace trace = RandomSeqlenTrace(random, 5, 20, 1.0, 12);
     std::vector<int64_t> distinct(trace.sizes);
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    RuntimeConfig config;
-    config.dims.resize(1);
-    config.dims[0].name = "SEQLEN";
-    config.dims[0].splittable = false;
-    ReplayResult result;
-    result.dimensions = {"SEQLEN"};
-    result.avg_gears = {1.0};
-    result.avg_graphs = 0.6 + static_cast<double>(random.Index(4));  // rounds to 1..4
-    const int k = static_cast<int>(std::lround(result.avg_graphs));
-    auto optimum = OfflineOptimum(config, trace, std::span<const ReplayResult>(&result, 1));
+    const double avg_graphs = 0.6 + static_cast<double>(random.Index(4));  // rounds to 1..4
+    const int k = static_cast<int>(std::lround(avg_graphs));
+    auto optimum = OptimumOfOneRun(trace, avg_graphs);
     ASSERT_TRUE(optimum.ok()) << optimum.status();
-    const DimensionOptimum& o = (*optimum)[0][0];
+    const DimensionOptimum& o = *optimum;
     ASSERT_EQ(o.graph_count, k);
     // Brute force: every set of at most k gears among the distinct sizes
     // that holds the largest one.
@@ -353,6 +370,76 @@ TEST(SuiteOptimum, SameGraphCountMatchesBruteForce) {
       best = std::min(best, padded);
     }
     EXPECT_DOUBLE_EQ(o.same_graph_count.padded, best) << "trial " << trial;
+  }
+}
+
+// The other-half optimum (OtherHalfWaste): each half of the trace (alternate
+// minutes) is planned with the trace's largest size and pads the other.
+TEST(SuiteOptimum, OtherHalfPlansEachHalfAndRunsTheOther) {
+  Trace trace;
+  trace.dimensions = {"SEQLEN"};
+  // Minute 0: sizes 2 and 3; minute 1: 5 and 8; minute 2 (the first half again): 3.
+  trace.time = {0, 1, 60, 61, 120};
+  trace.sizes = {2, 3, 5, 8, 3};
+  // Two gears planned on {2, 3, 3} and the largest, 8: {3, 8}; 5 and 8 pad to
+  // 16. On {5, 8} and 8: {5, 8}; 2, 3, 3 pad to 15. 31 padded of 21.
+  auto waste = OtherHalfWaste(trace, 0, 2);
+  ASSERT_TRUE(waste.ok()) << waste.status();
+  ASSERT_TRUE(waste->has_value());
+  EXPECT_DOUBLE_EQ(**waste, 31.0 / 21.0 - 1.0);
+  // Through OfflineOptimum beside the in-sample optimum at the same count,
+  // which knows 5 will come: {3, 8} pads 2, 3, 3 to 9 and 5, 8 to 16, 25 of 21.
+  auto optimum = OptimumOfOneRun(trace, 2.0);
+  ASSERT_TRUE(optimum.ok()) << optimum.status();
+  EXPECT_DOUBLE_EQ(optimum->same_graph_count.waste(), 25.0 / 21.0 - 1.0);
+  EXPECT_EQ(optimum->other_half_waste, **waste);
+  // Within one minute there is no other half; a column the trace lacks is an error.
+  trace.time = {0, 1, 2, 3, 4};
+  auto none = OtherHalfWaste(trace, 0, 2);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  auto bad = OtherHalfWaste(trace, 1, 2);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("column 1"));
+  // A hand-made trace's times: unsorted ones still split by minute; a
+  // non-finite one is refused, naming the row.
+  trace.time = {60, 1, 0, 61, 125};
+  auto unsorted = OtherHalfWaste(trace, 0, 2);
+  ASSERT_TRUE(unsorted.ok()) << unsorted.status();
+  EXPECT_TRUE(unsorted->has_value());
+  trace.time[3] = std::nan("");
+  auto nan = OtherHalfWaste(trace, 0, 2);
+  EXPECT_FALSE(nan.ok());
+  EXPECT_THAT(nan.status().message(), HasSubstr("row 4"));
+}
+
+// On random traces it is never below the in-sample optimum of each half on
+// its own sizes (a plan cannot pad a half less than that half's optimum).
+TEST(SuiteOptimum, OtherHalfIsNeverBelowEachHalfsOwnOptimum) {
+  SynthRandom random(7);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Trace trace = RandomSeqlenTrace(random, 6, 30, 20.0, 40);  // three rows a minute
+    const size_t rows = trace.rows();
+    const int k = 1 + static_cast<int>(random.Index(4));
+    auto waste = OtherHalfWaste(trace, 0, k);
+    ASSERT_TRUE(waste.ok()) << waste.status();
+    ASSERT_TRUE(waste->has_value());
+    std::vector<int64_t> half[2];
+    const int64_t largest = *std::max_element(trace.sizes.begin(), trace.sizes.end());
+    for (size_t i = 0; i < rows; ++i) half[(i / 3) % 2].push_back(trace.sizes[i]);
+    double own = 0, raw = 0;
+    for (const auto& sizes : half) {
+      std::vector<int64_t> with_largest = sizes;
+      with_largest.push_back(largest);
+      auto plan = OptimalGears(SizeHistogram::FromSizes(with_largest), k, false);
+      ASSERT_TRUE(plan.ok());
+      const SizeHistogram h = SizeHistogram::FromSizes(sizes);
+      auto padded = PaddedTotal(h, plan->gears, false);
+      ASSERT_TRUE(padded.ok());
+      own += *padded;
+      raw += h.total_size();
+    }
+    EXPECT_GE(**waste + 1e-12, own / raw - 1.0) << "trial " << trial;
   }
 }
 

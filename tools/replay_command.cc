@@ -231,6 +231,10 @@ void PrintTable(const ReplayFlags& f, const RuntimeConfig& config, const Trace& 
           const DimensionOptimum& o = optimum[i][d];
           return fmt::format("{} ({})", Percent(o.same_graph_count.waste()), o.graph_count);
         });
+        row("  ... planned on the other half", [&, d](size_t i) {
+          const DimensionOptimum& o = optimum[i][d];
+          return o.other_half_waste.has_value() ? Percent(*o.other_half_waste) : std::string("-");
+        });
       }
       if (config.dims[d].splittable) {
         row("  ... splitting allowed", [&, d](size_t i) {

@@ -29,9 +29,23 @@ struct DimensionOptimum {
   // rounded (at least 1), and the optimum at it; 0 with several dimensions.
   int graph_count = 0;
   GearPlan same_graph_count;
+  // The same count read off half the trace and run on the other half
+  // (OtherHalfWaste): what gears learnt from traffic can do on traffic they
+  // were not planned on. Set with graph_count when both halves have rows.
+  std::optional<double> other_half_waste;
   // Splittable dimensions: the optimum at `gears` with splitting allowed.
   std::optional<GearPlan> with_splitting;
 };
+
+// The other-half optimum of column `d` at `gears` gears: the rows split by
+// alternate minutes of trace time (from the first row); each half's optimum
+// (OptimalGears without splitting, planned with the trace's largest size
+// among its sizes so that it covers the other half) pads the other half;
+// the waste of the two together. The in-sample optimum also fits the noise
+// of the very requests it is scored on (docs/POLICY.md, "The policy
+// suite"). nullopt when a half has no rows.
+GEARBOX_EXPORT absl::StatusOr<std::optional<double>> OtherHalfWaste(const Trace& trace, size_t d,
+                                                                    int gears);
 
 // Per result, per dimension (each plan computed once per gear count). The
 // trace's columns are the config's dimensions, in order.

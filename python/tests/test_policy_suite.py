@@ -128,6 +128,34 @@ def test_flapping_breaks_a_view_of_a_stationary_scenario_only(tmp_path):
     assert held["poisson-azure-s2"]["flapping"] == 2
 
 
+def test_the_table_sets_the_ratio_beside_the_other_half_optimum(tmp_path, capsys):
+    # A prefill view whose summary has the optimum planned on the other half
+    # (gearbox replay --optimum: "other_half_waste") gets its ratio to it; a
+    # summary without one (an older gearbox) and a decode view get none, and
+    # the summary's other-half figures come from the views that have one.
+    for t in ("t1", "t2"):
+        with open(tmp_path / f"{t}.kind", "w") as f:
+            f.write("scenario\n")
+    with_half = run(0.12, 0.08, graphs=10.0)
+    with_half["offline_optimum"]["SEQLEN"]["same_graph_count"]["other_half_waste"] = 0.1
+    for r in (with_half, run(0.3, 0.1)):
+        r.update({"requests": 100, "peak_graphs": 10, "compiles": 10, "short_lived_gears": 0,
+                  "eager_requests": 0, "rejected_requests": 0})
+    write(tmp_path, "t1.prefill.main.json", with_half)
+    write(tmp_path, "t2.prefill.main.json", run(0.3, 0.1) | {
+        k: v for k, v in with_half.items() if k not in ("padding_waste", "offline_optimum")})
+    rows = {r["trace"]: r for r in policy_suite.collect(str(tmp_path))}
+    assert abs(rows["t1"]["ratio"] - 1.5) < 1e-9
+    assert abs(rows["t1"]["other_half_ratio"] - 1.2) < 1e-9
+    assert rows["t2"]["other_half_waste"] is None and rows["t2"]["other_half_ratio"] is None
+    (summary,) = policy_suite.summarize(list(rows.values()))
+    assert summary["ratio"]["worst_trace"] == "t2"
+    assert summary["other_half_ratio"]["worst_trace"] == "t1"
+    policy_suite.print_tables(list(rows.values()), [summary], [])
+    table = capsys.readouterr().out
+    assert "| 10.0% (1.20) |" in table and "| 3.00 | — |" in table
+
+
 def test_the_synthesizer_marks_the_stationary_scenarios(cli):
     # policy-suite.sh reads the second column of --list for TRACE.kind.
     marks = dict(line.split()[:2] for line in subprocess.run(
