@@ -22,11 +22,72 @@ int GraphCount(const ReplayResult& r) {
   return r.dimensions.size() == 1 ? std::max(1, static_cast<int>(std::lround(r.avg_graphs))) : 0;
 }
 
-// Optimal plans of one dimension by gear count, each computed once.
+// One column's sizes split by alternate minutes of trace time (from the
+// first row), each half with the column's largest size added (so that a plan
+// of it covers the other half), and each half's own sizes.
+struct Halves {
+  SizeHistogram planned[2];
+  SizeHistogram sizes[2];
+};
+
+// Times further than this from the first row's are refused (a hand-made
+// trace; a loaded one is within 1e11 s): their minute would not fit an int64.
+constexpr double kMaxSecondsFromFirstRow = 1e12;
+
+// nullopt when a half has no rows.
+absl::StatusOr<std::optional<Halves>> SplitByAlternateMinutes(const Trace& trace, size_t d) {
+  const size_t n = trace.dimensions.size();
+  if (d >= n) {
+    return absl::InvalidArgumentError(
+        internal::Cat("other-half optimum: column ", d, " of a trace of ", n, " columns"));
+  }
+  std::vector<int64_t> half[2];
+  int64_t largest = 0;
+  for (size_t i = 0; i < trace.rows(); ++i) {
+    const int64_t size = trace.row(i)[d];
+    const double since = trace.time[i] - trace.time[0];
+    if (!(std::fabs(since) <= kMaxSecondsFromFirstRow)) {
+      return absl::InvalidArgumentError(
+          internal::Cat("other-half optimum: row ", i + 1, " has t = ", trace.time[i],
+                        ", expected finite seconds within ", kMaxSecondsFromFirstRow,
+                        " of the first row's t = ", trace.time[0]));
+    }
+    const auto minute = static_cast<int64_t>(std::floor(since / 60.0));
+    half[minute & 1].push_back(size);
+    largest = std::max(largest, size);
+  }
+  if (half[0].empty() || half[1].empty()) return std::optional<Halves>();
+  Halves out;
+  for (int h = 0; h < 2; ++h) {
+    out.sizes[h] = SizeHistogram::FromSizes(half[h]);
+    half[h].push_back(largest);
+    out.planned[h] = SizeHistogram::FromSizes(half[h]);
+  }
+  return std::optional<Halves>(std::move(out));
+}
+
+// Each half's optimum at `gears` padding the other half: the waste of the two.
+absl::StatusOr<double> OtherHalfWasteOf(const Halves& halves, int gears) {
+  double padded = 0, raw = 0;
+  for (int h = 0; h < 2; ++h) {
+    auto plan = OptimalGears(halves.planned[h], gears, /*splittable=*/false);
+    if (!plan.ok()) return plan.status();
+    auto total = PaddedTotal(halves.sizes[1 - h], plan->gears, /*splittable=*/false);
+    if (!total.ok()) return total.status();
+    padded += *total;
+    raw += halves.sizes[1 - h].total_size();
+  }
+  return raw > 0 ? padded / raw - 1.0 : 0.0;
+}
+
+// Optimal plans of one dimension by gear count, each computed once; with the
+// column's halves (one-dimensional configs), the other-half waste likewise.
 class OptimumCache {
  public:
-  OptimumCache(std::vector<int64_t> sizes, bool splittable)
-      : histogram_(SizeHistogram::FromSizes(sizes)), splittable_(splittable) {}
+  OptimumCache(std::vector<int64_t> sizes, bool splittable, std::optional<Halves> halves)
+      : histogram_(SizeHistogram::FromSizes(sizes)),
+        splittable_(splittable),
+        halves_(std::move(halves)) {}
   absl::StatusOr<GearPlan> Get(int gears, bool splitting) {
     auto& plans = splitting ? split_ : whole_;
     if (auto it = plans.find(gears); it != plans.end()) return it->second;
@@ -34,29 +95,21 @@ class OptimumCache {
     if (!plan.ok()) return plan.status();
     return plans[gears] = *std::move(plan);
   }
+  absl::StatusOr<std::optional<double>> OtherHalf(int gears) {
+    if (!halves_.has_value()) return std::optional<double>();
+    if (auto it = other_half_.find(gears); it != other_half_.end()) return it->second;
+    auto waste = OtherHalfWasteOf(*halves_, gears);
+    if (!waste.ok()) return waste.status();
+    return std::optional<double>(other_half_[gears] = *waste);
+  }
   bool splittable() const { return splittable_; }
 
  private:
   SizeHistogram histogram_;
   bool splittable_;
+  std::optional<Halves> halves_;
   std::map<int, GearPlan> whole_, split_;
-};
-
-// OtherHalfWaste per gear count, each computed once.
-class OtherHalfCache {
- public:
-  OtherHalfCache(const Trace& trace, size_t d) : trace_(trace), d_(d) {}
-  absl::StatusOr<std::optional<double>> Get(int gears) {
-    if (auto it = waste_.find(gears); it != waste_.end()) return it->second;
-    auto w = OtherHalfWaste(trace_, d_, gears);
-    if (!w.ok()) return w.status();
-    return waste_[gears] = *w;
-  }
-
- private:
-  const Trace& trace_;
-  size_t d_;
-  std::map<int, std::optional<double>> waste_;
+  std::map<int, double> other_half_;
 };
 
 Json OptimumJson(const std::vector<std::string>& dimensions,
@@ -83,54 +136,31 @@ Json OptimumJson(const std::vector<std::string>& dimensions,
 }  // namespace
 
 absl::StatusOr<std::optional<double>> OtherHalfWaste(const Trace& trace, size_t d, int gears) {
-  const size_t n = trace.dimensions.size();
-  if (d >= n) {
-    return absl::InvalidArgumentError(
-        internal::Cat("other-half optimum: column ", d, " of a trace of ", n, " columns"));
-  }
-  std::vector<int64_t> half[2];
-  int64_t largest = 0;
-  for (size_t i = 0; i < trace.rows(); ++i) {
-    const int64_t size = trace.row(i)[d];
-    const double since = trace.time[i] - trace.time[0];
-    if (!(std::fabs(since) <= 1e12)) {
-      return absl::InvalidArgumentError(internal::Cat(
-          "other-half optimum: row ", i + 1, " has t = ", trace.time[i],
-          ", expected finite seconds within 1e12 of the first row's t = ", trace.time[0]));
-    }
-    const auto minute = static_cast<int64_t>(std::floor(since / 60.0));
-    half[minute & 1].push_back(size);
-    largest = std::max(largest, size);
-  }
-  if (half[0].empty() || half[1].empty()) return std::optional<double>();
-  double padded = 0, raw = 0;
-  for (int h = 0; h < 2; ++h) {
-    std::vector<int64_t> planned = half[h];
-    planned.push_back(largest);  // its largest gear covers the other half
-    auto plan = OptimalGears(SizeHistogram::FromSizes(planned), gears, /*splittable=*/false);
-    if (!plan.ok()) return plan.status();
-    const SizeHistogram other = SizeHistogram::FromSizes(half[1 - h]);
-    auto total = PaddedTotal(other, plan->gears, /*splittable=*/false);
-    if (!total.ok()) return total.status();
-    padded += *total;
-    raw += other.total_size();
-  }
-  return std::optional<double>(raw > 0 ? padded / raw - 1.0 : 0.0);
+  auto halves = SplitByAlternateMinutes(trace, d);
+  if (!halves.ok()) return halves.status();
+  if (!halves->has_value()) return std::optional<double>();
+  auto waste = OtherHalfWasteOf(**halves, gears);
+  if (!waste.ok()) return waste.status();
+  return std::optional<double>(*waste);
 }
 
 absl::StatusOr<std::vector<std::vector<DimensionOptimum>>> OfflineOptimum(
     const RuntimeConfig& config, const Trace& trace, std::span<const ReplayResult> results) {
   const size_t n = config.dims.size();
   std::vector<OptimumCache> caches;
-  std::vector<OtherHalfCache> other_half;
   caches.reserve(n);
-  other_half.reserve(n);
   for (size_t d = 0; d < n; ++d) {
     std::vector<int64_t> sizes;
     sizes.reserve(trace.rows());
     for (size_t i = 0; i < trace.rows(); ++i) sizes.push_back(trace.row(i)[d]);
-    caches.emplace_back(std::move(sizes), config.dims[d].splittable);
-    other_half.emplace_back(trace, d);
+    // The other half is read at the compiled-graph count: one dimension only.
+    std::optional<Halves> halves;
+    if (n == 1) {
+      auto split = SplitByAlternateMinutes(trace, d);
+      if (!split.ok()) return split.status();
+      halves = *std::move(split);
+    }
+    caches.emplace_back(std::move(sizes), config.dims[d].splittable, std::move(halves));
   }
   std::vector<std::vector<DimensionOptimum>> out;
   for (const ReplayResult& r : results) {
@@ -146,7 +176,7 @@ absl::StatusOr<std::vector<std::vector<DimensionOptimum>>> OfflineOptimum(
         auto same = caches[d].Get(one.graph_count, /*splitting=*/false);
         if (!same.ok()) return same.status();
         one.same_graph_count = *std::move(same);
-        auto half = other_half[d].Get(one.graph_count);
+        auto half = caches[d].OtherHalf(one.graph_count);
         if (!half.ok()) return half.status();
         one.other_half_waste = *half;
       }
