@@ -114,7 +114,7 @@ if [[ $QUICK == 1 ]]; then
   SCENARIOS=$QUICK_SCENARIOS
   DECODE=$QUICK_DECODE
   HOURS="--hours 0.5"
-  GRIDS="min_gear_lifetime_seconds=600,2400,7200 drift_agreement=0.5,0.8,1 idle_graph_release_seconds=0,600,3600 drift_lead_seconds=0,300,900 gain_confidence_sigmas=0,1,2 regime_seconds=0,900,1800"
+  GRIDS="min_gear_lifetime_seconds=600,2400,7200 drift_agreement=0.5,0.8,1 idle_graph_release_seconds=0,600,3600 drift_lead_seconds=0,300,900 gain_confidence_sigmas=0,1,2 regime_seconds=0,900,1800 cold_start_review_seconds=0,600,1200"
 else
   SCENARIOS=$("$GEARBOX" trace synth --list | awk '{print $1}')
   # Decode views: every scenario of at most an hour at a served rate (the
@@ -122,7 +122,7 @@ else
   # each, see docs/POLICY.md).
   DECODE=$(echo "$SCENARIOS" | grep -v -e '24h$' -e '^high-rate$' | tr '\n' ' ')
   HOURS=""
-  GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1 idle_graph_release_seconds=0,300,600,1200,1800,3600 drift_lead_seconds=0,300,600,900,1800,3600 gain_confidence_sigmas=0,0.5,1,2 regime_seconds=0,600,900,1200,1800"
+  GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1 idle_graph_release_seconds=0,300,600,1200,1800,3600 drift_lead_seconds=0,300,600,900,1800,3600 gain_confidence_sigmas=0,0.5,1,2 regime_seconds=0,600,900,1200,1800 cold_start_review_seconds=0,600,900,1200"
 fi
 
 # One job: make the trace, replay it, (decode) plan the offline optimum at
@@ -163,11 +163,14 @@ job() {
   # Each grid value: replan with it (prefill: with the optimum, for the
   # ratio; decode: its churn alone, and the sparse scheme's uncompiled steps,
   # which the leave-one-out also counts, unless the decode config sets the
-  # key itself: then the default is not what the decode view runs).
+  # key itself: then the default is not what the decode view runs, or the
+  # key acts on gear sets of one dimension only: then every value replays
+  # the decode view as the default does).
   local grid key v optimum=--optimum
   [[ $view == decode ]] && optimum=""
   for grid in $GRIDS; do
     key=${grid%%=*}
+    if [[ $view == decode ]] && [[ " $ONE_DIMENSION_KEYS " == *" $key "* ]]; then continue; fi
     if [[ $view == decode ]] && $PY "$HELPER" sets "$config" "$key"; then continue; fi
     for v in $(echo "${grid#*=}" | tr ',' ' '); do
       $PY "$HELPER" config "$config" "$key" "$v" "$WORK/grid-$key-$v.$name.$view.json"
@@ -187,7 +190,10 @@ job() {
 }
 export -f job
 STATIONARY=$("$GEARBOX" trace synth --list | awk '$2 == "stationary" {print $1}' | tr '\n' ' ')
-export WORK GEARBOX PY HELPER HOURS GRIDS CONFIGS LONG_CONFIGS STATIONARY
+# Grid keys that act on gear sets of one dimension only (the regime, and
+# the cold-start review on it): not replayed on the decode views.
+ONE_DIMENSION_KEYS="regime_seconds cold_start_review_seconds"
+export WORK GEARBOX PY HELPER HOURS GRIDS CONFIGS LONG_CONFIGS STATIONARY ONE_DIMENSION_KEYS
 
 if ! {
   echo "azure-conv real prefill"

@@ -77,7 +77,7 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
                "combination_interval_seconds": 0, "max_uncompiled_share": 0.02,
                "max_changes_per_update": 4, "tail_ratio": 3, "max_graphs": 48,
                "idle_graph_release_seconds": 900, "gain_confidence_sigmas": 0.5,
-               "regime_seconds": 900}
+               "regime_seconds": 900, "cold_start_review_seconds": 900}
   })");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->replan.cost.compile_seconds, 0.5);
@@ -94,13 +94,14 @@ TEST(Config, ParsesTheReplanPolicysKeys) {
   EXPECT_EQ(c->replan.idle_graph_release_seconds, 900);
   EXPECT_EQ(c->replan.gain_confidence_sigmas, 0.5);
   EXPECT_EQ(c->replan.regime_seconds, 900);
+  EXPECT_EQ(c->replan.cold_start_review_seconds, 900);
   EXPECT_EQ(c->replan.min_gear_lifetime_seconds,
             ReplanOptions{}.min_gear_lifetime_seconds);  // untouched default
 }
 
 TEST(Config, ABadReplanNumberNamesTheKey) {
-  for (const char* key :
-       {"idle_graph_release_seconds", "gain_confidence_sigmas", "regime_seconds"}) {
+  for (const char* key : {"idle_graph_release_seconds", "gain_confidence_sigmas", "regime_seconds",
+                          "cold_start_review_seconds"}) {
     for (const char* bad : {"-1", "\"600\"", "null", "true"}) {
       auto c =
           ParseConfig(std::string(R"({"dims": [{"name": "SEQLEN", "gears": [8]}], "replan": {")") +

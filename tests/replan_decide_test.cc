@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -722,6 +723,101 @@ TEST(ReplanDecision, AStationaryHistoryBacksAGainTheWindowAloneCannot) {
   Window two = w;
   AddBatchDimension(&two);
   EXPECT_EQ(Decide(two).record.regime[0].seconds, 0.0);
+}
+
+// The cold-start review (docs/POLICY.md, rule 6). Eleven minute bins of
+// history, the newest 40 s old: a regime of 640 s, within the default
+// review's 600 to 750 s (cold_start_review_seconds and a quarter more), so
+// this update reviews the gears added in the regime's first 150 s (from
+// kNow - 640). Gear 700 carries `at_700` requests of 690 in the regime,
+// spread over its bins: each pads 324 tokens more on 1024 without it,
+// 2e-5 x 324 x 3600 / 640 = 0.036 s over the horizon. With `after_a_step`,
+// the minute before those held prompts of 5000 alone: the regime (640 s)
+// begins at a step, not at the history's start.
+Window ColdStartWindow(double created_700, int at_700, bool after_a_step = false) {
+  Window w = MakeWindow({{100, 500, 0}, {700, 1, created_700, false, 690}, {1024, 500, 0}},
+                        {{100, 500.0}, {690, 1.0}, {1024, 500.0}});
+  const int64_t newest = static_cast<int64_t>(std::floor(kNow / 60.0));
+  for (int64_t b = newest - 10; b <= newest; ++b) {
+    SizeHistoryBin bin{b, {{100, 50}, {1024, 50}}};
+    const int64_t i = newest - b;
+    const uint64_t n = static_cast<uint64_t>(at_700 / 11 + (i < at_700 % 11 ? 1 : 0));
+    if (n > 0) bin.sizes.insert(bin.sizes.begin() + 1, {690, n});
+    w.stats.dimensions[0].size_history.push_back(bin);
+  }
+  if (after_a_step) {
+    auto& history = w.stats.dimensions[0].size_history;
+    history.insert(history.begin(), SizeHistoryBin{newest - 11, {{5000, 100}}});
+  }
+  return w;
+}
+
+TEST(ReplanDecision, TheColdStartReviewRemovesAGearPlannedOnThinEvidenceOnce) {
+  const double early = kNow - 630;  // within the regime's first 150 s
+  const UpdateDecision reviewed = Decide(ColdStartWindow(early, 1));
+  ASSERT_EQ(reviewed.record.regime.size(), 1u);
+  EXPECT_NEAR(reviewed.record.regime[0].seconds, 640.0, 1e-9);
+  EXPECT_THAT(reviewed.record.regime[0].reviewed, ElementsAre(700));
+  EXPECT_THAT(reviewed.removed[0], ElementsAre(700));
+  ASSERT_FALSE(reviewed.record.changes.empty());
+  EXPECT_EQ(reviewed.record.changes[0].gear, 700);
+  EXPECT_THAT(reviewed.record.changes[0].reason, HasSubstr("cold-start review"));
+  EXPECT_THAT(UpdateRecordToJson(reviewed.record), HasSubstr(R"("reviewed":[700])"));
+
+  // Not the review: the option off, a review due later, one past (500 to
+  // 625 s), a gear added after the regime's first quarter of it, or a
+  // regime that began at a step (its first gears were planned on the
+  // traffic before it too). The lifetime keeps the gear.
+  ReplanOptions off;
+  off.cold_start_review_seconds = 0;
+  ReplanOptions later;
+  later.cold_start_review_seconds = 1200;
+  ReplanOptions past;
+  past.cold_start_review_seconds = 500;
+  for (const auto& [w, o] :
+       {std::pair{ColdStartWindow(early, 1), off}, std::pair{ColdStartWindow(early, 1), later},
+        std::pair{ColdStartWindow(early, 1), past},
+        std::pair{ColdStartWindow(kNow - 480, 1), ReplanOptions{}},
+        std::pair{ColdStartWindow(early, 1, true), ReplanOptions{}}}) {
+    const UpdateDecision kept = Decide(w, {}, o);
+    EXPECT_NEAR(kept.record.regime[0].seconds, 640.0, 1e-9);  // the same regime
+    EXPECT_TRUE(kept.removed[0].empty());
+    EXPECT_TRUE(kept.record.regime[0].reviewed.empty());
+    ASSERT_FALSE(kept.record.declined.empty());
+    EXPECT_THAT(kept.record.declined[0].reason,
+                HasSubstr("gear 700 was added less than min_gear_lifetime_seconds ago"));
+  }
+
+  // Updates every 300 s: the review at 500 s lasts until 800 s, so that one
+  // falls within it (of the regime's first 125 s: gear 700 at 10 s).
+  past.update_interval_seconds = 300;
+  EXPECT_THAT(Decide(ColdStartWindow(early, 1), {}, past).removed[0], ElementsAre(700));
+
+  // 25 requests: the removal loses 0.91 s, less than the holding (1 s) as
+  // read, but not with a standard error of it (gain_confidence_sigmas 1);
+  // taken at gain_confidence_sigmas 0.
+  const UpdateDecision thin = Decide(ColdStartWindow(early, 25));
+  EXPECT_THAT(thin.record.regime[0].reviewed, ElementsAre(700));
+  EXPECT_TRUE(thin.removed[0].empty());
+  ASSERT_FALSE(thin.record.declined.empty());
+  EXPECT_THAT(thin.record.declined[0].reason,
+              HasSubstr("too little evidence: at the cold-start review, removing gear 700"));
+  ReplanOptions as_read;
+  as_read.gain_confidence_sigmas = 0;
+  EXPECT_THAT(Decide(ColdStartWindow(early, 25), {}, as_read).removed[0], ElementsAre(700));
+}
+
+TEST(ReplanDecision, TheColdStartReviewOptionIsValidated) {
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    ReplanOptions o;
+    o.cold_start_review_seconds = bad;
+    const absl::Status s = ValidateReplanOptions(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("replan.cold_start_review_seconds"));
+  }
+  ReplanOptions never;
+  never.cold_start_review_seconds = 0;
+  EXPECT_TRUE(ValidateReplanOptions(never).ok());
 }
 
 }  // namespace

@@ -90,6 +90,25 @@ struct ReplanOptions {
   // planned on up to six times the evidence, and a step or a burst falls
   // back to the window. 0: the window alone.
   double regime_seconds = 1800.0;
+  // The cold-start review (docs/POLICY.md, rule 6): where a regime holds
+  // all the size history (it began with the traffic: a fresh runtime), the
+  // gears added in its first quarter were planned on at most a quarter of
+  // the evidence it holds once it is this many seconds long (the first plan
+  // comes after seconds of traffic). At the updates while the regime is
+  // between this and a quarter more (or update_interval_seconds more, if
+  // that is longer, so that an update falls within it) they are not
+  // protected by min_gear_lifetime_seconds: each goes if keeping it is worth
+  // less than gear_holding_seconds, its loss read off the regime plus
+  // gain_confidence_sigmas standard errors; afterwards the lifetime holds
+  // the survivors as before. A caller that updates by hand less often than
+  // that may miss the review (the gears then stay, as with 0). The gears
+  // reviewed: UpdateRecord::Regime::reviewed. A regime needs two windows of
+  // sizes that agree and is at most regime_seconds long, so a review set
+  // below two windows or above regime_seconds never comes (nor with
+  // regime_seconds 0). 0: never. Ten minutes: the policy suite's
+  // leave-one-out choice over 0..1200 s on the draws of seeds 1-3 together
+  // (docs/POLICY.md).
+  double cold_start_review_seconds = 600.0;
   // Decayed requests the window needs before the policy plans from it.
   double min_window_weight = 20.0;
   // With this policy the worker updates this often (its changes are

@@ -254,11 +254,14 @@ struct UpdateRecord {
   // "The regime"): how many seconds of traffic (0: the window alone), and
   // of the regime's tests the one nearest to rejecting, its statistic and
   // the value that would have rejected it (JSON "regime": {dim: {"seconds":
-  // s, "statistic": d, "critical": c}}, only where a regime was used).
+  // s, "statistic": d, "critical": c}}, only where a regime was used); at
+  // the cold-start review (ReplanOptions::cold_start_review_seconds) the
+  // gears it reviewed, ascending (JSON "reviewed": [g, ...], only then).
   struct Regime {
     double seconds = 0.0;
     double statistic = 0.0;
     double critical = 0.0;
+    std::vector<int64_t> reviewed;
   };
   std::vector<Regime> regime;
   std::vector<ChangeRecord> changes;

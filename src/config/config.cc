@@ -265,6 +265,7 @@ absl::Status ParseReplan(const json& r, ReplanOptions* o) {
       {"drift_lead_seconds", &o->drift_lead_seconds},
       {"drift_agreement", &o->drift_agreement},
       {"regime_seconds", &o->regime_seconds},
+      {"cold_start_review_seconds", &o->cold_start_review_seconds},
       {"readd_cooldown_seconds", &o->readd_cooldown_seconds},
       {"tail_ratio", &o->tail_ratio},
       {"min_window_weight", &o->min_window_weight},

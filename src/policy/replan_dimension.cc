@@ -27,6 +27,38 @@ struct Move {
   std::string why_not;
 };
 
+// Creation times [from, to): the gears under the cold-start review.
+struct CreationSpan {
+  double from = 0.0;
+  double to = 0.0;
+  bool Holds(double t) const { return t >= from && t < to; }
+};
+
+// The gears planned on a quarter of the regime's evidence or less.
+constexpr double kColdStartShare = 0.25;
+
+// The cold-start review (rule 6): at the updates while the regime is
+// between cold_start_review_seconds and a quarter more (or one
+// update_interval_seconds more, if longer: an update comes within it), the
+// gears added in its first kColdStartShare of that. Only where the regime
+// holds all the history (`history`: the dimension's size history): a
+// regime that began at a step follows older traffic, which the gears of its
+// first minutes were planned on too. None otherwise, or with the option 0.
+// Pure.
+std::optional<CreationSpan> ColdStartReview(const StationaryRegime& regime,
+                                            const std::vector<SizeHistoryBin>& history, double now,
+                                            const ReplanOptions& o) {
+  const double at = o.cold_start_review_seconds;
+  const bool all_history =
+      std::all_of(history.begin(), history.end(),
+                  [&](const SizeHistoryBin& b) { return b.bin >= regime.start_bin; });
+  if (!(at > 0) || !all_history || regime.seconds < at ||
+      regime.seconds >= at + std::max(kColdStartShare * at, o.update_interval_seconds))
+    return std::nullopt;
+  const double start = now - regime.seconds;
+  return CreationSpan{start, start + kColdStartShare * at};
+}
+
 // The target: the cost model's optimum on the window (exact DP; a current
 // gear costs its holding instead of a compile), then on a non-splittable
 // dimension a tail from the planned top to the largest gear with no gap
@@ -133,7 +165,7 @@ class DimensionReplanner {
                      std::vector<int64_t> target, const MemoryState& memory, const GearBytes& bytes,
                      int64_t projected_bytes, const AdaptiveOptions& adaptive,
                      const ReplanOptions& o, GearLimit limit, bool one_dimension, double now, int d,
-                     UpdateDecision* out)
+                     std::optional<CreationSpan> review, UpdateDecision* out)
       : spec_(spec),
         dist_(dist),
         cost_(cost),
@@ -172,6 +204,10 @@ class DimensionReplanner {
       const bool hit_since_added = one_dimension && o.idle_graph_release_seconds > 0 &&
                                    std::isfinite(g.last_hit_ts) && g.last_hit_ts >= g.created_ts;
       if (g.initial || !(g.carries_traffic() || g.readded || hit_since_added)) continue;
+      if (review.has_value() && review->Holds(g.created_ts)) {
+        reviewed_.insert(g.gear);  // not young at this update (rule 6's review)
+        continue;
+      }
       created_[g.gear] = g.created_ts;
       if (g.carries_traffic()) continue;
       if (g.readded) {
@@ -508,6 +544,18 @@ class DimensionReplanner {
                     " s");
         }
       }
+      if (ok && !mv.add && reviewed_.count(mv.remove) && Sigmas() > 0) {
+        // The review's removal: its loss, read off the regime, plus its
+        // standard errors must stay within the holding.
+        const double se = Uncertainty(After(0, mv.remove));
+        if (mv.gain - Sigmas() * se < mv.threshold) {
+          ok = false;
+          why = Cat("too little evidence: at the cold-start review, removing gear ", mv.remove,
+                    " loses ", -mv.gain, " s, uncertain by ", se,
+                    " s; with replan.gain_confidence_sigmas of that it must lose at most ",
+                    -mv.threshold, " s");
+        }
+      }
       if (ok && (best == nullptr || net > best->gain - best->compile)) best = &mv;
       if (!ok && (best_declined == nullptr || net > best_declined->gain - best_declined->compile)) {
         best_declined = &mv;
@@ -558,6 +606,8 @@ class DimensionReplanner {
              ? (memory_.high ? "memory is high"
                 : High()     ? "the gears' memory is past memory_budget_bytes"
                              : "above the dimension's gear cap")
+         : mv.action == ChangeAction::kRemove && reviewed_.count(mv.remove)
+             ? "cold-start review: keeping it is worth less than gear_holding_seconds"
              : "gain clears the hysteresis"});
     ++changes_;
   }
@@ -615,6 +665,7 @@ class DimensionReplanner {
   std::vector<int64_t> set_;
   std::map<int64_t, double> removed_at_;
   std::map<int64_t, double> created_;
+  std::set<int64_t> reviewed_;         // under the cold-start review at this update
   std::set<int64_t> recurring_;        // idle young gears protected because they came back
   std::set<int64_t> carried_traffic_;  // idle young gears hit since added (one dimension)
   // Of those, idle past idle_graph_release_seconds: the runtime releases
@@ -755,9 +806,18 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
   out->record.drift[d] = {ds->size_drift_per_second, ds->size_drift_agreement, ds->size_drift_bins,
                           Drifting(*ds, o)};
   if (regime.has_value())
-    out->record.regime[d] = {regime->seconds, regime->statistic, regime->critical};
+    out->record.regime[d] = {regime->seconds, regime->statistic, regime->critical, {}};
+  const std::optional<CreationSpan> review =
+      regime.has_value() ? ColdStartReview(*regime, ds->size_history, now, o) : std::nullopt;
+  if (review.has_value()) {
+    for (const GearStats& g : ds->gears) {
+      if (!g.initial && review->Holds(g.created_ts))
+        out->record.regime[d].reviewed.push_back(g.gear);
+    }
+  }
   DimensionReplanner(spec, *ds, *dist, cost, horizon, std::move(current), std::move(target), memory,
-                     bytes, projected, adaptive, o, limit, gears.num_dimensions() == 1, now, d, out)
+                     bytes, projected, adaptive, o, limit, gears.num_dimensions() == 1, now, d,
+                     review, out)
       .Run();
 }
 

@@ -29,6 +29,7 @@ absl::Status ValidateReplanOptions(const ReplanOptions& o) {
       {"replan.min_window_weight", o.min_window_weight},
       {"replan.drift_lead_seconds", o.drift_lead_seconds},
       {"replan.regime_seconds", o.regime_seconds},
+      {"replan.cold_start_review_seconds", o.cold_start_review_seconds},
       {"replan.idle_graph_release_seconds", o.idle_graph_release_seconds}};
   if (!(std::isfinite(o.uncompiled_slowdown) && o.uncompiled_slowdown >= 1)) {
     return internal::InvalidFieldValue("replan.uncompiled_slowdown", o.uncompiled_slowdown,

@@ -168,6 +168,7 @@ std::string UpdateRecordToJson(const UpdateRecord& r) {
       regime[r.dimensions[d]] = {{"seconds", Round6(x.seconds)},
                                  {"statistic", Round6(x.statistic)},
                                  {"critical", Round6(x.critical)}};
+      if (!x.reviewed.empty()) regime[r.dimensions[d]]["reviewed"] = x.reviewed;
     }
     if (!regime.empty()) j["regime"] = std::move(regime);
     j["changes"] = changes(r.changes);
