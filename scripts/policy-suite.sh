@@ -14,7 +14,7 @@
 #                           [--output FILE] [--jobs N] [--keep DIR]
 #
 # --quick: a subset of the scenarios, each cut to 30 minutes, decode views of
-# three of them, 3-value grids (under a minute on 2 cores);
+# four of them, 3-value grids (about a minute on 2 cores);
 # otherwise every scenario at its own length (with the grids, 15 to 20 minutes a
 # seed on 2 cores).
 # --seeds: the scenarios drawn with each of these seeds (default 1; the
