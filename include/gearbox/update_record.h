@@ -256,7 +256,8 @@ struct UpdateRecord {
   // the value that would have rejected it (JSON "regime": {dim: {"seconds":
   // s, "statistic": d, "critical": c}}, only where a regime was used); at
   // the cold-start review (ReplanOptions::cold_start_review_seconds) the
-  // gears it reviewed, ascending (JSON "reviewed": [g, ...], only then).
+  // gears it reviewed, ascending: those the lifetime held that it no longer
+  // holds at this update (JSON "reviewed": [g, ...], only then).
   struct Regime {
     double seconds = 0.0;
     double statistic = 0.0;

@@ -206,6 +206,7 @@ class DimensionReplanner {
       if (g.initial || !(g.carries_traffic() || g.readded || hit_since_added)) continue;
       if (review.has_value() && review->Holds(g.created_ts)) {
         reviewed_.insert(g.gear);  // not young at this update (rule 6's review)
+        out->record.regime[d].reviewed.push_back(g.gear);  // ds.gears is ascending
         continue;
       }
       created_[g.gear] = g.created_ts;
@@ -534,26 +535,21 @@ class DimensionReplanner {
       const double net = mv.gain - mv.compile;
       bool ok = mv.why_not.empty() && mv.gain >= mv.threshold;
       std::string why;
-      if (ok && mv.add && Sigmas() > 0 && (best == nullptr || net > best->gain - best->compile)) {
-        // Only a move that would be taken needs its evidence weighed.
+      // Only a move that would be taken needs its evidence weighed: an
+      // addition (or replacement), and a removal at the cold-start review,
+      // whose loss plus its standard errors must stay within the holding.
+      const bool weighed = mv.add || reviewed_.count(mv.remove);
+      if (ok && weighed && Sigmas() > 0 && (best == nullptr || net > best->gain - best->compile)) {
         const double se = Uncertainty(After(mv.add, mv.remove));
         if (mv.gain - Sigmas() * se < mv.threshold) {
           ok = false;
-          why = Cat("too little evidence: the gain ", mv.gain, " s is uncertain by ", se,
-                    " s, and less replan.gain_confidence_sigmas of that must reach ", mv.threshold,
-                    " s");
-        }
-      }
-      if (ok && !mv.add && reviewed_.count(mv.remove) && Sigmas() > 0) {
-        // The review's removal: its loss, read off the regime, plus its
-        // standard errors must stay within the holding.
-        const double se = Uncertainty(After(0, mv.remove));
-        if (mv.gain - Sigmas() * se < mv.threshold) {
-          ok = false;
-          why = Cat("too little evidence: at the cold-start review, removing gear ", mv.remove,
-                    " loses ", -mv.gain, " s, uncertain by ", se,
-                    " s; with replan.gain_confidence_sigmas of that it must lose at most ",
-                    -mv.threshold, " s");
+          why = mv.add ? Cat("too little evidence: the gain ", mv.gain, " s is uncertain by ", se,
+                             " s, and less replan.gain_confidence_sigmas of that must reach ",
+                             mv.threshold, " s")
+                       : Cat("too little evidence: at the cold-start review, removing gear ",
+                             mv.remove, " loses ", -mv.gain, " s, uncertain by ", se,
+                             " s; with replan.gain_confidence_sigmas of that it must lose at most ",
+                             -mv.threshold, " s");
         }
       }
       if (ok && (best == nullptr || net > best->gain - best->compile)) best = &mv;
@@ -809,12 +805,6 @@ void ReplanDimension(const GearSet& gears, int d, const DimensionStats* ds,
     out->record.regime[d] = {regime->seconds, regime->statistic, regime->critical, {}};
   const std::optional<CreationSpan> review =
       regime.has_value() ? ColdStartReview(*regime, ds->size_history, now, o) : std::nullopt;
-  if (review.has_value()) {
-    for (const GearStats& g : ds->gears) {
-      if (!g.initial && review->Holds(g.created_ts))
-        out->record.regime[d].reviewed.push_back(g.gear);
-    }
-  }
   DimensionReplanner(spec, *ds, *dist, cost, horizon, std::move(current), std::move(target), memory,
                      bytes, projected, adaptive, o, limit, gears.num_dimensions() == 1, now, d,
                      review, out)
