@@ -378,11 +378,14 @@ TEST(ReplanDecision, AGainReadOffAFewRequestsWaitsForTheEvidence) {
   // adding 100 gains n x 2e-5 x 924 x 22.2 = 0.41 n s, uncertain by
   // 0.41 sqrt(n) s (the window's requests read as Poisson counts). Ten
   // requests gain 4.1 s, past the 3 s band, but less one standard error
-  // (gain_confidence_sigmas, 1) only 2.8 s: the gear waits. Forty gain
-  // 16.4 s, 13.8 s less one error: it comes. With 0 sigmas ten suffice.
+  // (gain_confidence_sigmas 1) only 2.8 s: the gear waits. Forty gain
+  // 16.4 s, 13.8 s less one error: it comes. With 0 sigmas (the default)
+  // ten suffice.
   auto window = [](double n) { return MakeWindow({{1024, 500, 0}}, {{100, n}, {1024, 500.0}}); };
   const double unit = 2e-5 * 924 * Horizon();
-  const UpdateDecision thin = Decide(window(10));
+  ReplanOptions one;
+  one.gain_confidence_sigmas = 1;
+  const UpdateDecision thin = Decide(window(10), {}, one);
   EXPECT_FALSE(thin.changed);
   ASSERT_EQ(thin.record.declined.size(), 1u);
   const ChangeRecord& no = thin.record.declined[0];
@@ -390,10 +393,8 @@ TEST(ReplanDecision, AGainReadOffAFewRequestsWaitsForTheEvidence) {
   EXPECT_NEAR(no.gain_seconds, 10 * unit, 1e-6);
   EXPECT_THAT(no.reason, HasSubstr("too little evidence: the gain"));
   EXPECT_THAT(no.reason, HasSubstr("less replan.gain_confidence_sigmas of that must reach 3 s"));
-  EXPECT_THAT(Decide(window(40)).next_gears[0], ElementsAre(100, 1024));
-  ReplanOptions as_read;
-  as_read.gain_confidence_sigmas = 0;
-  EXPECT_THAT(Decide(window(10), {}, as_read).next_gears[0], ElementsAre(100, 1024));
+  EXPECT_THAT(Decide(window(40), {}, one).next_gears[0], ElementsAre(100, 1024));
+  EXPECT_THAT(Decide(window(10)).next_gears[0], ElementsAre(100, 1024));
   // Two sigmas need more: 40 requests pass (16.4 - 2 x 2.6 = 11.2 s), 12
   // do not (4.9 - 2 x 1.4 = 2.1 s).
   ReplanOptions two;
@@ -404,7 +405,7 @@ TEST(ReplanDecision, AGainReadOffAFewRequestsWaitsForTheEvidence) {
   // dimension of batch 1 (the same costs) the ten requests' gear comes.
   Window two_dims = window(10);
   AddBatchDimension(&two_dims, 1);
-  EXPECT_THAT(Decide(two_dims).next_gears[0], ElementsAre(100, 1024));
+  EXPECT_THAT(Decide(two_dims, {}, one).next_gears[0], ElementsAre(100, 1024));
 }
 
 TEST(ReplanDecision, AGearRemovedWithinTheCooldownNeedsTwiceTheGain) {
@@ -694,7 +695,8 @@ TEST(Regime, TooLittleHistoryOrTrafficIsNoRegime) {
 }
 
 TEST(ReplanDecision, AStationaryHistoryBacksAGainTheWindowAloneCannot) {
-  // Ten requests of 100 in the window on gear 1024 wait for their evidence
+  // With one standard error of evidence (gain_confidence_sigmas 1), ten
+  // requests of 100 in the window on gear 1024 wait for their evidence
   // (AGainReadOffAFewRequestsWaitsForTheEvidence). The last 30 minutes held
   // the same traffic, four requests of 100 and 100 of 1024 a minute: planned
   // on those 120 requests, the gain (120 x 2e-5 x 924 x 3600 / 1780 = 4.5 s)
@@ -703,14 +705,16 @@ TEST(ReplanDecision, AStationaryHistoryBacksAGainTheWindowAloneCannot) {
   const int64_t newest = static_cast<int64_t>(std::floor(kNow / 60.0));
   for (int64_t b = newest - 29; b <= newest; ++b)
     w.stats.dimensions[0].size_history.push_back({b, {{100, 4}, {1024, 100}}});
-  const UpdateDecision planned = Decide(w);
+  ReplanOptions one;
+  one.gain_confidence_sigmas = 1;
+  const UpdateDecision planned = Decide(w, {}, one);
   EXPECT_THAT(planned.added[0], ElementsAre(100));
   ASSERT_EQ(planned.record.regime.size(), 1u);
   EXPECT_NEAR(planned.record.regime[0].seconds, kNow - (newest - 29) * 60.0, 1e-9);
   EXPECT_LE(planned.record.regime[0].statistic, planned.record.regime[0].critical);
   // The window alone: no regime (regime_seconds 0), several dimensions, or
   // sizes that drift.
-  ReplanOptions window_only;
+  ReplanOptions window_only = one;
   window_only.regime_seconds = 0;
   const UpdateDecision alone = Decide(w, {}, window_only);
   EXPECT_FALSE(alone.changed);
@@ -795,16 +799,16 @@ TEST(ReplanDecision, TheColdStartReviewRemovesAGearPlannedOnThinEvidenceOnce) {
 
   // 25 requests: the removal loses 0.91 s, less than the holding (1 s) as
   // read, but not with a standard error of it (gain_confidence_sigmas 1);
-  // taken at gain_confidence_sigmas 0.
-  const UpdateDecision thin = Decide(ColdStartWindow(early, 25));
+  // taken at gain_confidence_sigmas 0, the default.
+  ReplanOptions one;
+  one.gain_confidence_sigmas = 1;
+  const UpdateDecision thin = Decide(ColdStartWindow(early, 25), {}, one);
   EXPECT_THAT(thin.record.regime[0].reviewed, ElementsAre(700));
   EXPECT_TRUE(thin.removed[0].empty());
   ASSERT_FALSE(thin.record.declined.empty());
   EXPECT_THAT(thin.record.declined[0].reason,
               HasSubstr("too little evidence: at the cold-start review, removing gear 700"));
-  ReplanOptions as_read;
-  as_read.gain_confidence_sigmas = 0;
-  EXPECT_THAT(Decide(ColdStartWindow(early, 25), {}, as_read).removed[0], ElementsAre(700));
+  EXPECT_THAT(Decide(ColdStartWindow(early, 25)).removed[0], ElementsAre(700));
 }
 
 TEST(ReplanDecision, TheColdStartReviewOptionIsValidated) {

@@ -42,11 +42,13 @@ struct ReplanOptions {
   // and a whole-target adoption, counts its gain less this many standard
   // errors against the hysteresis band, so a gear placed on a handful of
   // requests (a sparse tail of long prompts, the first seconds of traffic)
-  // waits for the evidence. 0: the gain as read. One: the policy suite's
+  // waits for the evidence. 0 (the gain as read): the policy suite's
   // leave-one-out choice over 0..2 on the draws of seeds 1-3 together
-  // (docs/POLICY.md); more holds more gears back, for padding. With several
-  // dimensions gains are taken as read (docs/POLICY.md, rule 5).
-  double gain_confidence_sigmas = 1.0;
+  // (docs/POLICY.md), since the cold-start review removes what the first
+  // seconds' thin evidence planned; 1 or 2 hold gears back, for padding.
+  // With several dimensions gains are taken as read (docs/POLICY.md,
+  // rule 5).
+  double gain_confidence_sigmas = 0.0;
   // A gear the policy added (that still carries traffic, or that came back
   // after an eviction: GearStats::readded; on a gear set of one dimension,
   // that carried traffic since it was added, its graph released while idle)
