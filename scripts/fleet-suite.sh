@@ -13,8 +13,8 @@
 #   scripts/fleet-suite.sh [--quick] [--scenarios "A B ..."] [--hours H]
 #                          [--replicas "4 16"] [--jobs N] [--keep DIR]
 #
-# --quick: the bundled hour and three scenarios of 30 minutes (about 6 s on
-# 2 cores); otherwise about 20 s. --scenarios: synthetic
+# --quick: the bundled hour and three scenarios of 30 minutes (about 7 s on
+# 2 cores); otherwise about 25 s. --scenarios: synthetic
 # scenarios (`gearbox trace synth --list`) and/or azure-conv (the bundled
 # trace). --hours: the synthetic traces' length (default the scenario's).
 # GEARBOX: the tool (default: BUILD_DIR/tools/gearbox, built when missing or
