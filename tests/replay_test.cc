@@ -14,8 +14,11 @@ namespace {
 
 using replay_fixtures::SeqTrace;
 
+using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
 
 // "600 -2" / "900 +2": an update's time and its changes to the first dimension.
 std::string fmt_time_and_change(const UpdateRecord& r) {
@@ -304,19 +307,30 @@ TEST(Replay, CompilesPerHourAfterTheFirstHourLeavesTheColdStartOut) {
   EXPECT_EQ(r->compiles_per_hour_after_first_hour, 0.0);
 }
 
+// The first plan comes at the first warm-up check whose window holds
+// min_window_weight of decayed weight. An update that finds it short though
+// as many requests came is not the first plan: the next warm-up check tries
+// again, instead of a whole update interval later.
 TEST(Replay, ReplanPlansAtTheFirstWarmUpCheckWithEnoughTraffic) {
   std::vector<std::pair<double, int64_t>> rows;
   for (double t = 1000; t <= 1200; t += 1) rows.push_back({t, 5});
-  std::vector<double> times;
+  std::vector<UpdateRecord> records;
   ReplayOptions o;
   o.policy = UpdatePolicy::kReplan;
-  o.on_update = [&](const UpdateRecord& r) { times.push_back(r.time); };
+  o.on_update = [&](const UpdateRecord& r) { records.push_back(r); };
   auto r = Replay(SeqConfig({8, 16}), SeqTrace(rows), o);
   ASSERT_TRUE(r.ok()) << r.status();
-  // Warm-up checks every 10 s: at 1010 the window holds 11 requests (< 20),
-  // at 1020 it holds 21: the first plan. Then a check (and, under replan, an
-  // update) every 60 s.
-  EXPECT_THAT(times, ElementsAre(1020.0, 1080.0, 1140.0, 1200.0));
+  std::vector<double> times;
+  for (const UpdateRecord& rec : records) times.push_back(rec.time);
+  // Warm-up checks every 10 s: at 1010 the window holds 11 requests (< 20);
+  // at 1020, 21 requests whose decayed weight (half-life 150 s) is about
+  // 19.1: declined. At 1030 the first plan; then an update every 60 s.
+  EXPECT_THAT(times, ElementsAre(1020.0, 1030.0, 1090.0, 1150.0));
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_THAT(records[0].targets, Each(IsEmpty()));
+  ASSERT_FALSE(records[0].declined.empty());
+  EXPECT_THAT(records[0].declined[0].reason, HasSubstr("too little traffic"));
+  for (size_t i = 1; i < records.size(); ++i) EXPECT_THAT(records[i].targets, Each(Not(IsEmpty())));
 }
 
 TEST(Replay, JointAndSparseSchemesOnAHandCheckedTrace) {

@@ -15,7 +15,9 @@
 namespace gearbox {
 namespace {
 
+using ::testing::Each;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 struct WorkerFixture {
   ManualClock clock{0.0};
@@ -80,6 +82,34 @@ TEST(Worker, ChecksEveryMinuteAndUpdatesEveryFiveMinutes) {
   EXPECT_EQ(f.runtime->worker()->updates(), 1u);
   f.AdvanceTo(600.0, 10);
   EXPECT_EQ(f.runtime->worker()->updates(), 2u);
+}
+
+// Before its first plan the runtime retries only once more requests came:
+// a declined update with no new request since is not run again at every
+// warm-up check.
+TEST(Worker, ReplanRetriesTheFirstPlanOnlyOnNewRequests) {
+  ManualClock clock{0.0};
+  GraphResourcePool pool;
+  RuntimeOptions ro;
+  ro.policy = UpdatePolicy::kReplan;
+  ro.clock = &clock;
+  ro.pool = &pool;
+  ro.start_worker = false;
+  auto rt = *AdaptiveGearRuntime::Create({{"SEQLEN", {8, 16}, false, false}}, ro);
+  Plan plan;
+  const int64_t raw[] = {5};
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(MakePlan(*rt->GetSnapshot(), raw, &plan).ok());
+    rt->RecordPlan(plan, static_cast<double>(i));
+  }
+  EXPECT_EQ(rt->CheckTrigger(100), UpdateTrigger::kInterval);
+  const UpdateRecord declined = *rt->RunOnce(100, UpdateTrigger::kInterval);
+  EXPECT_THAT(declined.targets, Each(IsEmpty()));  // 20 requests, decayed below 20
+  EXPECT_EQ(rt->CheckIntervalSeconds(), 10.0);     // still warming up
+  EXPECT_EQ(rt->CheckTrigger(110), std::nullopt);  // nothing new came
+  ASSERT_TRUE(MakePlan(*rt->GetSnapshot(), raw, &plan).ok());
+  rt->RecordPlan(plan, 110);
+  EXPECT_EQ(rt->CheckTrigger(110), UpdateTrigger::kInterval);
 }
 
 TEST(Worker, ReplanChecksOftenUntilItsFirstPlan) {

@@ -115,9 +115,11 @@ struct ReplanOptions {
   double min_window_weight = 20.0;
   // With this policy the worker updates this often (its changes are
   // hysteresis-guarded, so it can look every check), seconds. The first
-  // update comes at the first check after min_window_weight requests.
+  // plan comes at the first check after min_window_weight requests whose
+  // window holds min_window_weight of decayed weight (an update that finds
+  // less is tried again at the next check once more requests came).
   double update_interval_seconds = 60.0;
-  // Until its first update the worker checks this often (seconds; capped by
+  // Until its first plan the worker checks this often (seconds; capped by
   // check_interval_seconds): the initial gears are usually a guess, so the
   // first plan should not wait a whole check interval.
   double warmup_check_seconds = 10.0;

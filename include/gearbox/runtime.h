@@ -169,7 +169,8 @@ class GEARBOX_EXPORT AdaptiveGearRuntime {
   // or (replan, joint and sparse sets) kCombinations.
   std::optional<UpdateTrigger> CheckTrigger(double now);
   // Seconds from one check to the next: check_interval_seconds, or, with
-  // the replan policy before its first update, replan.warmup_check_seconds
+  // the replan policy before its first plan (an update whose window held
+  // replan.min_window_weight, or a CommitUpdate), replan.warmup_check_seconds
   // (so the first plan comes soon after enough traffic, not a minute later),
   // and after it on a joint or sparse set replan.combination_interval_seconds
   // (each at most check_interval_seconds).

@@ -75,6 +75,18 @@ class AdaptiveGearRuntime::Impl {
 
   Mutex commit_mu;
   uint64_t sequence ABSL_GUARDED_BY(commit_mu) = 0;
+  // Whether the gears were planned from traffic yet: an update of the replan
+  // policy whose window held enough to plan from (a target in its record),
+  // or a commit. Until then the worker checks every
+  // replan.warmup_check_seconds and retries the first plan at a check once
+  // requests came since the last update (appended_at_last_update): an
+  // update that declined for too little traffic (the window's decayed
+  // weight below min_window_weight, though as many requests came) does not
+  // put the first plan off by a whole update interval. So traffic too thin
+  // ever to plan from updates at most once a warm-up check, and only when a
+  // request came.
+  bool planned ABSL_GUARDED_BY(commit_mu) = false;
+  uint64_t appended_at_last_update ABSL_GUARDED_BY(commit_mu) = 0;
   double last_update_time ABSL_GUARDED_BY(commit_mu);      // of the last update (not kCombinations)
   double last_any_update_time ABSL_GUARDED_BY(commit_mu);  // of the last update of any kind
   // Whether a plan or event was recorded, since the last update or look
@@ -440,19 +452,25 @@ std::optional<UpdateTrigger> AdaptiveGearRuntime::CheckTrigger(double now) {
   double last;
   double last_any;
   uint64_t sequence;
+  bool planned;
+  uint64_t appended_at_last_update;
   bool ran_off_cell;
   {
     MutexLock lock(&impl_->commit_mu);
     last = impl_->last_update_time;
     last_any = impl_->last_any_update_time;
     sequence = impl_->sequence;
+    planned = impl_->planned;
+    appended_at_last_update = impl_->appended_at_last_update;
     ran_off_cell = impl_->off_cell_since_update.load(std::memory_order_relaxed);
   }
   // The replan policy's first plan comes as soon as the window holds enough
-  // requests to plan from (the initial gears are usually a guess).
+  // requests to plan from (the initial gears are usually a guess), and is
+  // tried again as more come while the window's decayed weight falls short.
   const UpdatePolicy policy = impl_->policy.load(std::memory_order_acquire);
-  if (policy == UpdatePolicy::kReplan && sequence == 0 &&
-      static_cast<double>(impl_->events.appended()) >= options_.replan.min_window_weight) {
+  const uint64_t appended = impl_->events.appended();
+  if (policy == UpdatePolicy::kReplan && !planned && appended > appended_at_last_update &&
+      static_cast<double>(appended) >= options_.replan.min_window_weight) {
     return UpdateTrigger::kInterval;
   }
   const double interval = policy == UpdatePolicy::kReplan
@@ -494,7 +512,7 @@ double AdaptiveGearRuntime::CheckIntervalSeconds() const {
   if (impl_->policy.load(std::memory_order_acquire) == UpdatePolicy::kReplan) {
     {
       MutexLock lock(&impl_->commit_mu);
-      if (impl_->sequence == 0) return std::min(options_.replan.warmup_check_seconds, check);
+      if (!impl_->planned) return std::min(options_.replan.warmup_check_seconds, check);
     }
     if (const double look = LookIntervalSeconds(); look > 0) return std::min(look, check);
   }
@@ -541,6 +559,9 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     const UpdatePolicy policy = impl_->policy.load(std::memory_order_acquire);
     SnapshotRef current = GetSnapshot();
     WindowStats stats;
+    // The requests this update's window may hold (at least: more may come
+    // while it folds).
+    const uint64_t appended = impl_->events.appended();
     {
       MutexLock lock(&impl_->stats_mu);
       impl_->FoldAllLocked();
@@ -632,6 +653,11 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::RunOnce(double now, UpdateTrig
     if (next.has_value()) impl_->snapshots.Publish(*std::move(next));
     record.cleanup_keys = released.size();
     impl_->sequence = record.sequence;
+    impl_->appended_at_last_update = appended;
+    if (policy == UpdatePolicy::kReplan &&
+        std::any_of(record.targets.begin(), record.targets.end(),
+                    [](const std::vector<int64_t>& t) { return !t.empty(); }))
+      impl_->planned = true;
     // A look at the combinations leaves the next update where it was.
     if (!look) impl_->last_update_time = now;
     impl_->last_any_update_time = now;
@@ -709,6 +735,7 @@ absl::StatusOr<UpdateRecord> AdaptiveGearRuntime::CommitUpdate(
     }
     record.cleanup_keys = released.size();
     impl_->sequence = record.sequence;
+    impl_->planned = true;
   }
   if (!released.empty()) {
     pool_->RemoveByKeys(released);
