@@ -114,7 +114,7 @@ if [[ $QUICK == 1 ]]; then
   SCENARIOS=$QUICK_SCENARIOS
   DECODE=$QUICK_DECODE
   HOURS="--hours 0.5"
-  GRIDS="min_gear_lifetime_seconds=600,2400,7200 drift_agreement=0.5,0.8,1 idle_graph_release_seconds=0,600,3600 drift_lead_seconds=0,300,900 gain_confidence_sigmas=0,1,2 regime_seconds=0,900,1800 cold_start_review_seconds=0,600,1200"
+  GRIDS="min_gear_lifetime_seconds=600,2400,7200 drift_agreement=0.5,0.8,1 idle_graph_release_seconds=0,600,3600 drift_lead_seconds=0,300,900 gain_confidence_sigmas=0,1,2 regime_seconds=0,900,1800 cold_start_review_seconds=0,600,1200 tail_ratio=1.5,2,3"
 else
   SCENARIOS=$("$GEARBOX" trace synth --list | awk '{print $1}')
   # Decode views: every scenario of at most an hour at a served rate (the
@@ -122,7 +122,7 @@ else
   # each, see docs/POLICY.md).
   DECODE=$(echo "$SCENARIOS" | grep -v -e '24h$' -e '^high-rate$' | tr '\n' ' ')
   HOURS=""
-  GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1 idle_graph_release_seconds=0,300,600,1200,1800,3600 drift_lead_seconds=0,300,600,900,1800,3600 gain_confidence_sigmas=0,0.5,1,2 regime_seconds=0,600,900,1200,1800 cold_start_review_seconds=0,600,900,1200"
+  GRIDS="min_gear_lifetime_seconds=600,1200,2400,3600,7200 drift_agreement=0.5,0.7,0.8,0.9,1 idle_graph_release_seconds=0,300,600,1200,1800,3600 drift_lead_seconds=0,300,600,900,1800,3600 gain_confidence_sigmas=0,0.5,1,2 regime_seconds=0,600,900,1200,1800 cold_start_review_seconds=0,600,900,1200 tail_ratio=1.25,1.5,2,3"
 fi
 
 # One job: make the trace, replay it, (decode) plan the offline optimum at
